@@ -1,0 +1,63 @@
+"""The long-lived parts one worker process shares between requests: models, store, LLM backends.
+
+Nothing here holds conversation state (the worker is stateless); these are caches of models and connections.
+Each part is built lazily on first use so that `create_app` stays cheap and import has no side effects.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from .settings import Settings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .embeddings import Embedder
+    from .llm import LLMRouter
+    from .rerank import Reranker
+    from .store import Store
+
+
+class Services:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._build_lock = threading.Lock()
+        self._index_locks: dict[str, threading.Lock] = {}
+
+    @cached_property
+    def embedder(self) -> Embedder:
+        from .embeddings import Embedder
+
+        with self._build_lock:
+            return Embedder(
+                self.settings.resolved_embedding_model(),
+                batch_size=self.settings.embedding_batch_size,
+                max_length=self.settings.embedding_max_length,
+                torch_threads=self.settings.torch_threads,
+            )
+
+    @cached_property
+    def store(self) -> Store:
+        from .store import Store
+
+        return Store(self.settings.lancedb_dir, self.embedder)
+
+    @cached_property
+    def llm(self) -> LLMRouter:
+        from .llm import LLMRouter
+
+        return LLMRouter(self.settings)
+
+    @cached_property
+    def reranker(self) -> Reranker | None:
+        if not self.settings.reranker_model:
+            return None
+        from .rerank import Reranker
+
+        return Reranker(self.settings.reranker_model, torch_threads=self.settings.torch_threads)
+
+    def index_lock(self, index: str) -> threading.Lock:
+        """One writer per index at a time (uploads, deletes, rebuilds); readers never wait."""
+        with self._build_lock:
+            return self._index_locks.setdefault(index, threading.Lock())

