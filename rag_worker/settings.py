@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     embedding_max_length: int = Field(default=256, alias="EMBEDDING_MAX_LENGTH")
     reranker_model: str = Field(default="", alias="RERANKER_MODEL")
     torch_threads: int = Field(default=0, alias="TORCH_THREADS")
+    # Where converted model copies are cached (the GGUF -> safetensors conversion of the embedded LLM).
+    model_cache_dir_override: Path | None = Field(default=None, alias="MODEL_CACHE_DIR")
 
     worker_api_key: SecretStr | None = Field(default=None, alias="WORKER_API_KEY")
 
@@ -63,7 +65,7 @@ class Settings(BaseSettings):
 
     @property
     def model_cache_dir(self) -> Path:
-        return self.index_store / "models"
+        return self.model_cache_dir_override or self.index_store / "models"
 
     def resolved_embedding_model(self) -> str:
         return self.embedding_model or packaged_embedding_model()
