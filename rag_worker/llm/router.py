@@ -1,0 +1,100 @@
+"""Which backend and models a turn uses: Ollama when it serves the configured model, else the embedded one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..errors import LLMUnavailable
+from ..settings import Settings
+from .base import Resolved
+from .local import LocalBackend
+from .ollama_backend import OllamaBackend, has_model
+
+PROBE_TTL_S = 30.0
+
+
+@dataclass
+class _Probe:
+    reachable: bool
+    models: list[str] = field(default_factory=list)
+    error: str | None = None
+    at: float = 0.0
+
+
+class LLMRouter:
+    def __init__(self, settings: Settings, *, probe_ttl_s: float = PROBE_TTL_S):
+        self.settings = settings
+        self.probe_ttl_s = probe_ttl_s
+        self.ollama = OllamaBackend(settings)
+        # Built now (cheap: no weights are read until the first chat or stream).
+        self.local = LocalBackend(settings)
+        self._probe: _Probe | None = None
+        self._probe_lock = threading.Lock()
+
+    def resolve(self) -> Resolved:
+        mode = self.settings.llm_backend
+        if mode == "local":
+            return self._local("LLM_BACKEND=local")
+        probe = self.probe()
+        host, gen = self.settings.ollama_host, self.settings.generation_model
+        if mode == "ollama":
+            reason = f"LLM_BACKEND=ollama; {self._ollama_state(probe)}"
+            return Resolved(self.ollama, gen, self._utility(probe), reason)
+        if not probe.reachable:
+            return self._local(f"Ollama not reachable at {host}: {probe.error}")
+        if not has_model(probe.models, gen):
+            return self._local(f"model '{gen}' is not pulled on Ollama at {host} (run: ollama pull {gen})")
+        return Resolved(self.ollama, gen, self._utility(probe), self._ollama_state(probe))
+
+    def health(self) -> dict:
+        resolved = self.resolve()
+        probe = self.probe()
+        return {
+            "backend": resolved.backend.backend,
+            "generation_model": resolved.generation_model,
+            "utility_model": resolved.utility_model,
+            "reason": resolved.reason,
+            "ollama": {
+                "host": self.settings.ollama_host,
+                "reachable": probe.reachable,
+                "models": probe.models,
+                **({"error": probe.error} if probe.error else {}),
+            },
+            "local": self.local.health(),
+        }
+
+    def probe(self, *, fresh: bool = False) -> _Probe:
+        """What Ollama serves, cached for probe_ttl_s so turns don't each pay a round trip."""
+        with self._probe_lock:
+            cached = self._probe
+            if cached is not None and not fresh and time.monotonic() - cached.at < self.probe_ttl_s:
+                return cached
+            try:
+                probe = _Probe(True, self.ollama.list_models())
+            except LLMUnavailable as exc:
+                # list_models' message already names the host; keep only the cause for the reason line.
+                probe = _Probe(False, error=exc.message.split(": ", 1)[-1])
+            probe.at = time.monotonic()
+            self._probe = probe
+            return probe
+
+    def _local(self, reason: str) -> Resolved:
+        name = self.local.name
+        return Resolved(self.local, name, name, reason)
+
+    def _utility(self, probe: _Probe) -> str:
+        """The small model for rewrites and checks; the generation model stands in when it is not pulled."""
+        utility = self.settings.utility_model
+        if not utility or (probe.reachable and not has_model(probe.models, utility)):
+            return self.settings.generation_model
+        return utility
+
+    def _ollama_state(self, probe: _Probe) -> str:
+        host, gen = self.settings.ollama_host, self.settings.generation_model
+        if not probe.reachable:
+            return f"Ollama not reachable at {host}: {probe.error}"
+        if not has_model(probe.models, gen):
+            return f"model '{gen}' is not pulled on Ollama at {host} (run: ollama pull {gen})"
+        return f"Ollama at {host} serves {gen}"
