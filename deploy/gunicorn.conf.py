@@ -1,0 +1,63 @@
+"""gunicorn settings for the worker (`python -m rag_worker serve` loads this file; flags given there win).
+
+Every value comes from the environment so that the same file serves a laptop, a container and a replica set.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# WORKER_BIND takes "host:port"; WORKER_HOST / WORKER_PORT are the simpler pair the CLI also reads.
+bind = [
+    os.environ.get("WORKER_BIND")
+    or f"{os.environ.get('WORKER_HOST', '127.0.0.1')}:{_int('WORKER_PORT', 8001)}"
+]
+
+# gevent: one process serves many slow SSE streams; CPU-bound model calls go to gevent's native thread pool
+# (rag_worker/runtime.py). Each process loads its own models (~1 GB with the embedded LLM), so scale with
+# replicas behind a load balancer rather than with many processes per container.
+worker_class = "gevent"
+workers = _int("WORKER_WORKERS", 1)
+worker_connections = _int("WORKER_CONNECTIONS", 1000)
+
+# A chat stream may legitimately last minutes. With async workers the timeout is a heartbeat of the worker
+# process, not a request limit, but a model load that holds the GIL can still miss it: 0 disables it.
+timeout = _int("WORKER_TIMEOUT", 0)
+# On SIGTERM, streams in flight get this long to finish before the process is killed.
+graceful_timeout = _int("WORKER_GRACEFUL_TIMEOUT", 20)
+# Longer than a load balancer's idle timeout toward us would be pointless; nginx defaults to 60 s.
+keepalive = _int("WORKER_KEEPALIVE", 75)
+
+# Logs go to stdout/stderr: run_system.py writes them to logs/worker.log, Docker to its log driver.
+accesslog = os.environ.get("WORKER_ACCESSLOG", "-") or None
+errorlog = "-"
+loglevel = os.environ.get("LOG_LEVEL", "info").lower()
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
+
+# Models are loaded lazily per process; preloading the app in the master would share nothing useful
+# across a fork with torch threads and would make the master heavy.
+preload_app = False
+# Trust X-Forwarded-* from the load balancer only when told to (scale-out example sets it).
+forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+
+
+def when_ready(server) -> None:
+    server.log.info(
+        "worker listening on %s with %s gevent process(es)", ", ".join(server.cfg.bind), server.cfg.workers
+    )
+
+
+def post_fork(server, worker) -> None:
+    server.log.info("worker process %s started", worker.pid)
+
+
+def worker_abort(worker) -> None:
+    worker.log.warning("worker process %s aborted (timeout or SIGABRT)", worker.pid)
