@@ -57,6 +57,18 @@ class Services:
 
         return Reranker(self.settings.reranker_model, torch_threads=self.settings.torch_threads)
 
+    def embedder_health(self) -> dict:
+        """The embedder's state without forcing a load from a health probe."""
+        if "embedder" not in self.__dict__:
+            return {"ok": True, "loaded": False, "model": self.settings.resolved_embedding_model()}
+        emb = self.embedder
+        return {"ok": True, "loaded": True, "model": emb.model_id, "dim": emb.dim}
+
+    def warm_up(self) -> None:
+        """Load the embedder (and open the store) ahead of the first request."""
+        self.embedder.embed_query("warm up")
+        self.store.indexes()
+
     def index_lock(self, index: str) -> threading.Lock:
         """One writer per index at a time (uploads, deletes, rebuilds); readers never wait."""
         with self._build_lock:

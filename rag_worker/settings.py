@@ -53,6 +53,26 @@ class Settings(BaseSettings):
     rrf_k: int = Field(default=60, alias="RRF_K")
     chunk_tokens: int = Field(default=256, alias="CHUNK_TOKENS")
 
+    # Ingestion (rag_worker/ingest). PDFs use Docling's model-free native pipeline unless this points at local
+    # layout models, which switches them to the standard layout pipeline.
+    docling_artifacts_path: Path | None = Field(default=None, alias="DOCLING_ARTIFACTS_PATH")
+    # Zip packages (docx/pptx/xlsx) are refused when they would inflate past these bounds (zip bombs).
+    max_unzipped_bytes: int = Field(default=256 * 1024 * 1024, alias="MAX_UNZIPPED_BYTES")
+    max_zip_entries: int = Field(default=10_000, alias="MAX_ZIP_ENTRIES")
+    max_spreadsheet_cells: int = Field(default=1_000_000, alias="MAX_SPREADSHEET_CELLS")
+    # Per-document overviews: "auto" summarises with the utility model on Ollama only (the embedded model is too
+    # slow to summarise every upload); "off" always uses the model-free overview (title + leading sentences).
+    overview_summaries: Literal["auto", "on", "off"] = Field(default="auto", alias="OVERVIEW_SUMMARIES")
+
+    # Evidence thresholds on the cosine similarity of the best passage (calibrated for the default embedder on
+    # SciFact, see docs/benchmarks.md). Between the two the utility LLM is asked; below ABSTAIN_BELOW after a
+    # retry the worker abstains instead of letting the model guess.
+    abstain_below: float = Field(default=0.30, alias="ABSTAIN_BELOW")
+    relevant_above: float = Field(default=0.45, alias="RELEVANT_ABOVE")
+    triage_rag_above: float = Field(default=0.25, alias="TRIAGE_RAG_ABOVE")
+    # How much conversation (characters) the generator sees; the returned history is never trimmed.
+    context_chars: int = Field(default=16_000, alias="CONTEXT_CHARS")
+
     keepalive_s: float = Field(default=15.0, alias="SSE_KEEPALIVE_S")
 
     @property

@@ -1,0 +1,66 @@
+"""Command line: `python -m rag_worker serve [--port 8001]` and `python -m rag_worker index FOLDER --index NAME`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from pathlib import Path
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"
+
+
+def serve(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rag_worker serve", description="Run the worker on gunicorn+gevent")
+    parser.add_argument("--host", default=os.environ.get("WORKER_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("WORKER_PORT", "8001")))
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKER_WORKERS", "1")))
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="gunicorn config file (optional)")
+    args = parser.parse_args(argv)
+
+    from gunicorn.app.base import BaseApplication
+
+    class WorkerApplication(BaseApplication):
+        def load_config(self) -> None:
+            if args.config and Path(args.config).is_file():
+                for key, value in runpy.run_path(args.config).items():
+                    if key in self.cfg.settings and value is not None:
+                        self.cfg.set(key, value)
+            # Command-line choices win over the file; the worker class is not negotiable (see runtime.py).
+            self.cfg.set("bind", [f"{args.host}:{args.port}"])
+            self.cfg.set("workers", args.workers)
+            self.cfg.set("worker_class", "gevent")
+            if not Path(args.config or "").is_file():
+                self.cfg.set("timeout", 0)
+                self.cfg.set("graceful_timeout", 10)
+                self.cfg.set("accesslog", "-")
+
+        def load(self):
+            from rag_worker.app import create_app
+            from rag_worker.logs import configure_logging
+
+            configure_logging()
+            return create_app()
+
+    WorkerApplication().run()
+    return 0
+
+
+def index(argv: list[str]) -> int:
+    from rag_worker.ingest.cli import main
+
+    return main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"serve": serve, "index": index}
+    if not argv or argv[0] not in commands:
+        print("usage: python -m rag_worker {serve,index} ...", file=sys.stderr)
+        return 2
+    return commands[argv[0]](argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The chat turn: validate → fetch check → rewrite → triage → (HyDE) → retrieve → rerank → evaluate / retry →
+expand → generate with citations → verify → provenance → done. One generator of typed events, two transports."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+from ..errors import ApiError, NotFound
+from ..llm import CancelToken
+from ..schemas import ChatRequest
+from ..services import Services
+from . import citations, expand, fetch_check, generate, provenance, relevance, retrieve, rewrite, triage
+from .events import Documents, Done, Error, Event, Token
+from .turn import Turn, TurnOptions
+
+log = logging.getLogger("rag_worker.pipeline")
+
+
+def resolve_options(services: Services, request: ChatRequest) -> TurnOptions:
+    o, s = request.options, services.settings
+    has_reranker = bool(s.reranker_model)
+    return TurnOptions(
+        route=o.route,
+        rewrite=True if o.rewrite is None else o.rewrite,
+        hyde=bool(o.hyde),
+        rerank=has_reranker if o.rerank is None else (o.rerank and has_reranker),
+        mode=o.mode or "hybrid",
+        top_k=o.top_k or s.top_k,
+        provenance=o.provenance or ("rerank" if has_reranker else "similarity"),
+        model=o.model,
+        temperature=o.temperature,
+        max_tokens=o.max_tokens,
+        prompts=dict(o.prompts or {}),
+    )
+
+
+def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None = None) -> Turn:
+    """Everything that can fail before the first byte: unknown index (404), embedder mismatch (409)."""
+    options = resolve_options(services, request)
+    if options.route != "direct" or request.docs:
+        for index in request.indexes:
+            if not services.store.exists(index):
+                raise NotFound(f"index '{index}' does not exist; add documents to it first (POST /add_document "
+                               "or POST /index)", code="unknown_index", field="index")
+            services.store.check_compatible(index)
+    return Turn(services, request, options, services.llm.resolve(), cancel or CancelToken())
+
+
+def run_turn(turn: Turn) -> Iterator[Event]:
+    """Yield the turn's events; exactly one Done or Error comes last. Closing the generator cancels the model."""
+    try:
+        yield from _run(turn)
+    except ApiError as exc:
+        yield Error(exc.message, exc.code, exc.status)
+    except Exception as exc:  # the stream must end with an error event, never a dropped connection
+        log.exception("chat turn failed")
+        yield Error(f"the turn failed: {type(exc).__name__}: {exc}", "internal", 500)
+    finally:
+        turn.cancel.cancel()
+
+
+def _run(turn: Turn) -> Iterator[Event]:
+    req, opts = turn.request, turn.options
+    route = "direct" if opts.route == "direct" else "rag"
+    query, rewritten = req.prompt, None
+    documents: list[dict] = []
+    fetched_new = False
+    abstained = False
+
+    reuse = False
+    if req.docs and route == "rag":
+        yield turn.step("fetch_check", "Checking whether the documents in hand answer the follow-up")
+        with turn.timed("fetch_check_ms"):
+            decision = fetch_check.check(turn)
+        yield turn.step("fetch_check", decision.reason, decision.method, fetch=decision.fetch)
+        reuse = not decision.fetch
+    if reuse:
+        documents = [d.model_dump() for d in req.docs]
+    else:
+        if any(m.role == "user" for m in req.history) and opts.rewrite:
+            yield turn.step("rewriting", "Making the question standalone")
+            with turn.timed("rewrite_ms"):
+                rw = rewrite.rewrite(turn)
+            query, rewritten = rw.query, rw.rewritten
+            yield turn.step("rewriting", f"Searching for: {query}" if rewritten else "The question stands alone",
+                            rw.method, rewritten=rewritten)
+        if opts.route == "auto":
+            yield turn.step("triage", "Deciding whether the documents are needed")
+            with turn.timed("triage_ms"):
+                tri = triage.triage(turn, query)
+            route = tri.route
+            yield turn.step("triage", tri.reason, tri.method, route=route)
+        if route == "rag":
+            documents, abstained = yield from _retrieve(turn, query)
+            fetched_new = True
+
+    if route == "rag":
+        yield Documents(documents)
+
+    answer_parts: list[str] = []
+    yield turn.step("generating", "Writing the answer" if not abstained else "Not enough evidence to answer")
+    t_gen = time.monotonic()
+    if abstained:
+        pieces: Iterator[str] = generate.words_of(turn.prompt("abstain"))
+    else:
+        if route == "rag":
+            system = generate.sources_message(turn, documents)
+            messages = generate.llm_messages(turn, turn.prompt("system"), system)
+        else:
+            messages = generate.llm_messages(turn, turn.prompt("direct"), None)
+        pieces = generate.stream_answer(turn, messages)
+    for piece in pieces:
+        if not answer_parts:
+            turn.timings["llm_first_token_ms"] = int((time.monotonic() - t_gen) * 1000)
+            turn.timings["first_token_ms"] = turn.elapsed_ms()
+        answer_parts.append(piece)
+        yield Token(piece)
+    turn.timings["generate_ms"] = int((time.monotonic() - t_gen) * 1000)
+    reply = "".join(answer_parts).strip()
+
+    cited: list[dict] = []
+    if route == "rag" and not abstained:
+        yield turn.step("verifying", "Checking citations")
+        reply, cited, invented = citations.validate(reply, documents)
+        turn.flags["invented_refs"] = invented
+        turn.flags["uncited"] = bool(documents) and not cited
+        if opts.provenance != "none" and documents:
+            yield turn.step("provenance", "Measuring how much each document contributed")
+            with turn.timed("provenance_ms"):
+                turn.flags["provenance_method"] = provenance.attribute(turn, reply, documents, opts.provenance)
+
+    turn.timings["total_ms"] = turn.elapsed_ms()
+    yield Done(_answer(turn, reply, rewritten, documents, fetched_new, route, cited, abstained))
+
+
+def _retrieve(turn: Turn, query: str):
+    """Search (with one improved retry) and decide on abstention; returns (documents, abstained)."""
+    req, opts = turn.request, turn.options
+    vector = None
+    if opts.hyde:
+        yield turn.step("hyde", "Imagining an answer to search with")
+        with turn.timed("hyde_ms"):
+            vector = retrieve.hyde_vector(turn, query)
+        turn.flags["hyde"] = vector is not None
+    scope = f"{len(req.datasets)} dataset{'s' if len(req.datasets) != 1 else ''}" if req.datasets else "all datasets"
+    yield turn.step("retrieving", f"Searching {scope} ({opts.mode})", opts.mode)
+    with turn.timed("retrieve_ms"):
+        hits = retrieve.search(turn, query, vector)
+    if opts.rerank:
+        yield turn.step("reranking", f"Reranking {len(hits)} passages")
+        with turn.timed("rerank_ms"):
+            hits = retrieve.rerank(turn, query, hits)
+    yield turn.step("evaluating", "Checking the passages answer the question")
+    with turn.timed("evaluate_ms"):
+        verdict = relevance.judge(turn, query, hits)
+    yield turn.step("evaluating", verdict.reason, verdict.method, relevant=verdict.relevant,
+                    evidence=round(verdict.evidence, 4))
+    if not verdict.relevant:
+        yield turn.step("retrying", "Searching again with a better query")
+        with turn.timed("retry_ms"):
+            better, how = relevance.improved_query(turn, query)
+            retry_hits = retrieve.search(turn, better)
+            if opts.rerank:
+                retry_hits = retrieve.rerank(turn, better, retry_hits)
+            hits, used_query = relevance.best_of(turn, query, hits, retry_hits, better)
+            verdict = relevance.judge(turn, used_query, hits)
+        turn.flags["retried"] = {"query": better, "method": how}
+        yield turn.step("retrying", verdict.reason, verdict.method, query=better, relevant=verdict.relevant,
+                        evidence=round(verdict.evidence, 4))
+    turn.flags["evidence"] = round(verdict.evidence, 4)
+    if not verdict.relevant:
+        return [], True
+    # Passages far below the evidence floor would only be noise on the cards and in the prompt.
+    floor = turn.settings.abstain_below
+    top = [h for h in hits[: opts.top_k] if h.vector_score is None or h.vector_score >= floor]
+    documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
+    yield turn.step("expanding", "Adding neighbouring passages")
+    with turn.timed("expand_ms"):
+        added = expand.expand(turn, documents)
+    turn.flags["expanded_chunks"] = added
+    return documents, False
+
+
+def _answer(turn: Turn, reply: str, rewritten: str | None, documents: list[dict], fetched_new: bool, route: str,
+            cited: list[dict], abstained: bool) -> dict:
+    req = turn.request
+    history = [m.model_dump() for m in req.history]
+    history.append({"role": "user", "content": req.prompt})
+    if documents:
+        injected = generate.sources_message(turn, documents)
+        last_system = next((m["content"] for m in reversed(history) if m["role"] == "system"), None)
+        if injected != last_system:
+            history.append({"role": "system", "content": injected})
+    history.append({"role": "assistant", "content": reply})
+    return {
+        "reply": reply,
+        "question": req.prompt,
+        "rewritten": rewritten,
+        "history": history,
+        "documents": documents,
+        "fetched_new_documents": fetched_new,
+        "route": route,
+        "citations": cited,
+        "abstained": abstained,
+        "model": turn.generation_model,
+        "llm_backend": turn.llm.backend.backend,
+        "flags": turn.flags,
+        "timings": turn.timings,
+    }

@@ -1,0 +1,65 @@
+"""Context expansion: give the generator each hit's neighbouring chunks, and turn hits into Documents."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from .turn import Turn
+
+log = logging.getLogger("rag_worker.pipeline")
+
+WINDOW = 1
+
+
+def to_document(hit, rank: int, ref: str) -> dict:
+    return {
+        "id": hit.id,
+        "document_id": hit.document_id,
+        "filename": hit.filename,
+        "dataset": hit.dataset,
+        "index": hit.index,
+        "page": hit.page,
+        "chunk_index": hit.chunk_index,
+        "text": hit.text,
+        "context": None,
+        "score": round(float(hit.score), 6),
+        "vector_score": None if hit.vector_score is None else round(float(hit.vector_score), 4),
+        "fts_score": None if hit.fts_score is None else round(float(hit.fts_score), 4),
+        "rerank_score": None if getattr(hit, "rerank_score", None) is None else round(float(hit.rerank_score), 4),
+        "provenance": None,
+        "rank": rank,
+        "ref": ref,
+    }
+
+
+def expand(turn: Turn, docs: list[dict]) -> int:
+    """Fill each document's `context` with its neighbours' text (same file, chunk_index ± WINDOW).
+
+    Returns how many neighbour chunks were added. Neighbours that are themselves among the documents are
+    left out of the context, so the generator never reads a passage twice.
+    """
+    wanted: dict[tuple, set[int]] = defaultdict(set)
+    present = {(d["index"], d["document_id"], d["dataset"], d["filename"], d["chunk_index"]) for d in docs}
+    for d in docs:
+        if d["chunk_index"] is None:
+            continue
+        key = (d["index"], d["document_id"], d["dataset"], d["filename"])
+        for i in range(d["chunk_index"] - WINDOW, d["chunk_index"] + WINDOW + 1):
+            if i >= 0 and i != d["chunk_index"] and (*key, i) not in present:
+                wanted[key].add(i)
+    texts: dict[tuple, str] = {}
+    for (index, document_id, dataset, filename), indexes in wanted.items():
+        for hit in turn.services.store.neighbours(index, document_id, dataset, filename, sorted(indexes)):
+            texts[(index, document_id, dataset, filename, hit.chunk_index)] = hit.text
+    added = 0
+    for d in docs:
+        if d["chunk_index"] is None:
+            continue
+        key = (d["index"], d["document_id"], d["dataset"], d["filename"])
+        before = texts.get((*key, d["chunk_index"] - 1))
+        after = texts.get((*key, d["chunk_index"] + 1))
+        if before or after:
+            d["context"] = "\n\n".join(t for t in (before, d["text"], after) if t)
+            added += bool(before) + bool(after)
+    return added

@@ -1,0 +1,57 @@
+"""Generation: the messages the model sees, and the token stream."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from .turn import Turn
+
+DOC_CHARS = 2400  # per document, so one long context can't crowd out the others
+
+
+def sources_message(turn: Turn, documents: list[dict]) -> str:
+    lines = [turn.prompt("sources")]
+    for d in documents:
+        where = d["filename"] or d["id"]
+        if d.get("page") is not None:
+            where += f", page {d['page']}"
+        body = (d.get("context") or d["text"]).strip()[:DOC_CHARS]
+        lines.append(f"\n[{d['ref']}] {where}\n{body}")
+    return "\n".join(lines)
+
+
+def llm_messages(turn: Turn, system: str, sources: str | None) -> list[dict]:
+    """System prompt, as much recent history as the budget allows, the question, then the sources."""
+    budget = turn.settings.context_chars - len(system) - len(sources or "") - len(turn.request.prompt)
+    kept: list[dict] = []
+    for msg in reversed(turn.request.history):
+        cost = len(msg.content)
+        if cost > budget:
+            break
+        budget -= cost
+        kept.append({"role": msg.role, "content": msg.content})
+    messages = [{"role": "system", "content": system}, *reversed(kept),
+                {"role": "user", "content": turn.request.prompt}]
+    if sources:
+        messages.append({"role": "system", "content": sources})
+    return messages
+
+
+def stream_answer(turn: Turn, messages: list[dict]) -> Iterator[str]:
+    """Tokens from the generation model; closing this iterator stops the model."""
+    stream = turn.llm.backend.stream(messages, model=turn.generation_model, temperature=turn.options.temperature,
+                                     max_tokens=turn.options.max_tokens, cancel=turn.cancel)
+    with contextlib.closing(stream):
+        yield from stream
+
+
+def words_of(text: str) -> Iterator[str]:
+    """Split a canned reply into word-sized tokens so it streams like a model's answer."""
+    start = 0
+    for i, ch in enumerate(text):
+        if ch == " " and i > start:
+            yield text[start:i + 1]
+            start = i + 1
+    if start < len(text):
+        yield text[start:]

@@ -1,0 +1,49 @@
+"""Provenance: each document's share in the answer, carried on the document itself."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .citations import GROUP_RE
+from .turn import Turn
+
+SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
+FLOOR = 0.2  # similarity below this is noise for MiniLM-sized embedders: it earns no share
+
+
+def sentences(text: str) -> list[str]:
+    plain = GROUP_RE.sub("", text)
+    return [s.strip() for s in SENTENCE_RE.split(plain) if len(s.strip()) >= 12]
+
+
+def attribute(turn: Turn, reply: str, documents: list[dict], mode: str) -> str:
+    """Set documents[i]["provenance"] (shares summing to 1, or 0 each when nothing matches). Returns the method."""
+    parts = sentences(reply)
+    if not documents or not parts:
+        for d in documents:
+            d["provenance"] = 0.0
+        return "none"
+    texts = [d.get("context") or d["text"] for d in documents]
+    reranker = turn.services.reranker
+    if mode == "rerank" and reranker is not None:
+        scores = np.array([reranker.score(s, texts) for s in parts], dtype=np.float32)
+        method = "rerank"
+        floor = 0.5
+    else:
+        embedder = turn.services.embedder
+        doc_vecs = embedder.embed_documents(texts)
+        sent_vecs = embedder.embed_documents(parts)
+        scores = sent_vecs @ doc_vecs.T
+        method = "similarity"
+        floor = FLOOR
+    # Each sentence credits the documents it is closest to, in proportion to how far above the floor they are.
+    credit = np.clip(scores - floor, 0.0, None)
+    best = scores.max(axis=1, keepdims=True)
+    credit = np.where(scores >= best - 0.05, credit, 0.0)
+    totals = credit.sum(axis=0)
+    whole = float(totals.sum())
+    for d, share in zip(documents, totals, strict=True):
+        d["provenance"] = round(float(share) / whole, 4) if whole > 0 else 0.0
+    return method

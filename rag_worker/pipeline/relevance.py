@@ -1,0 +1,80 @@
+"""Relevance check on the retrieved passages, the query improvement for one retry, and abstention."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .cues import words
+from .turn import Turn
+
+log = logging.getLogger("rag_worker.pipeline")
+
+QUESTION_WORDS = {"what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "are", "does",
+                  "do", "did", "can", "could", "should", "would", "the", "a", "an", "of", "in", "on", "to",
+                  "for", "and", "or", "about", "tell", "me", "please", "explain", "there", "any"}
+
+
+@dataclass
+class Verdict:
+    relevant: bool
+    method: str
+    evidence: float
+    reason: str
+
+
+def evidence(turn: Turn, query: str, hits: list) -> float:
+    """The best cosine similarity between the query and the top passages: the abstention signal."""
+    top = hits[: turn.options.top_k]
+    if not top:
+        return 0.0
+    known = [h.vector_score for h in top if h.vector_score is not None]
+    missing = [h for h in top if h.vector_score is None]
+    if missing:  # FTS-only hits carry no similarity: measure it
+        vectors = turn.services.embedder.embed_documents([h.text for h in missing])
+        q = turn.embed_query(query)
+        for hit, sim in zip(missing, vectors @ q, strict=True):
+            hit.vector_score = float(sim)
+            known.append(float(sim))
+    return float(max(known)) if known else 0.0
+
+
+def judge(turn: Turn, query: str, hits: list) -> Verdict:
+    if not hits:
+        return Verdict(False, "retrieval_score", 0.0, "nothing was found")
+    score = evidence(turn, query, hits)
+    s = turn.settings
+    if score >= s.relevant_above:
+        return Verdict(True, "retrieval_score", score, f"best passage similarity {score:.2f}")
+    if score < s.abstain_below:
+        return Verdict(False, "retrieval_score", score, f"best passage similarity only {score:.2f}")
+    passages = "\n\n".join(f"- {h.text[:400]}" for h in hits[:3])
+    verdict = turn.ask_yes_no(turn.prompt("relevance"), f"Question: {query}\n\nPassages:\n{passages}")
+    if verdict is None:
+        mid = (s.relevant_above + s.abstain_below) / 2
+        return Verdict(score >= mid, "fallback", score, f"unsure ({score:.2f}) and no model answer")
+    return Verdict(verdict, "llm", score, "the model judged the passages " + ("relevant" if verdict else "off topic"))
+
+
+def improved_query(turn: Turn, query: str) -> tuple[str, str]:
+    """A second attempt at the search: the model's reformulation, else the query's content words."""
+    messages = [{"role": "system", "content": turn.prompt("retry")}, {"role": "user", "content": f"Question: {query}"}]
+    try:
+        candidate = turn.utility_chat(messages, max_tokens=64).strip().splitlines()
+        candidate = candidate[0].strip().strip('"') if candidate else ""
+    except Exception as exc:
+        log.warning("retry query from the model failed: %s", exc)
+        candidate = ""
+    if 3 <= len(candidate) <= 400 and candidate.casefold() != query.casefold():
+        return candidate, "llm"
+    keywords = " ".join(w for w in words(query) if w not in QUESTION_WORDS)
+    return (keywords or query), "keywords"
+
+
+def best_of(turn: Turn, query: str, first: list, second: list, second_query: str) -> tuple[list, str]:
+    """Keep whichever attempt found stronger evidence (each judged against its own query)."""
+    a = evidence(turn, query, first)
+    b = evidence(turn, second_query, second)
+    return (second, second_query) if b > a else (first, query)
+
+

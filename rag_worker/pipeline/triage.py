@@ -1,0 +1,60 @@
+"""Layer-2 triage: answer directly, or search the documents?"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .turn import Turn
+
+log = logging.getLogger("rag_worker.pipeline")
+
+
+@dataclass
+class Triage:
+    route: str
+    method: str
+    reason: str
+    similarity: float | None = None
+
+
+def triage(turn: Turn, query: str) -> Triage:
+    forced = turn.options.route
+    if forced in ("rag", "direct"):
+        return Triage(forced, "forced", f"options.route = {forced}")
+    probe = turn.services.store.search(turn.request.indexes, query, mode="vector",
+                                       datasets=turn.request.datasets or None, limit=1,
+                                       vector=turn.embed_query(query))
+    sim = probe[0].vector_score if probe else None
+    if sim is not None and sim >= turn.settings.triage_rag_above:
+        return Triage("rag", "retrieval_score", f"closest passage similarity {sim:.2f}", sim)
+    # Model-free evidence is weak: only the model may send a question past the documents. If it can't say,
+    # search anyway (a clear "not in your documents" beats an unfounded answer).
+    body = f"Document collection:\n{collection_summary(turn)}\n\nQuestion: {query}"
+    verdict = turn.ask_yes_no(turn.prompt("triage"), body)
+    if verdict is None:
+        return Triage("rag", "fallback", "weak match and no model answer: search", sim)
+    if verdict:
+        return Triage("rag", "llm", "the model says the documents are needed", sim)
+    return Triage("direct", "llm", "the model says no documents are needed", sim)
+
+
+def collection_summary(turn: Turn, limit: int = 20) -> str:
+    """What the index holds, from the ingestion overviews when there are some, else the file names."""
+    lines: list[str] = []
+    try:
+        from ..ingest.overviews import load_overviews
+
+        for index in turn.request.indexes:
+            for ov in load_overviews(turn.settings, index)[:limit]:
+                lines.append(f"- {ov.get('filename', '?')}: {str(ov.get('overview', ''))[:200]}")
+    except Exception as exc:  # overviews are a hint, never a requirement
+        log.debug("no overviews: %s", exc)
+    if not lines:
+        for index in turn.request.indexes:
+            try:
+                docs = turn.services.store.list_documents(index)
+            except Exception:
+                docs = []
+            lines.extend(f"- {d['filename']}" for d in docs[:limit])
+    return "\n".join(lines[:limit]) or "(no description available)"

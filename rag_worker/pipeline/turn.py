@@ -1,0 +1,110 @@
+"""Per-turn context shared by the stages: the validated request, resolved options, clocks and flags."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..schemas import ChatRequest
+from .events import Step
+from .prompts import prompt as default_prompt
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..llm import CancelToken, Resolved
+    from ..services import Services
+
+log = logging.getLogger("rag_worker.pipeline")
+
+YES_NO_RE = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+
+
+@dataclass
+class TurnOptions:
+    """Per-request switches merged over the worker's defaults: an argument, never a global."""
+
+    route: str
+    rewrite: bool
+    hyde: bool
+    rerank: bool
+    mode: str
+    top_k: int
+    provenance: str
+    model: str | None
+    temperature: float | None
+    max_tokens: int | None
+    prompts: dict[str, str]
+
+
+@dataclass
+class Turn:
+    services: Services
+    request: ChatRequest
+    options: TurnOptions
+    llm: Resolved
+    cancel: CancelToken
+    started: float = field(default_factory=time.monotonic)
+    timings: dict[str, int] = field(default_factory=dict)
+    flags: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def settings(self):
+        return self.services.settings
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    def step(self, name: str, label: str, method: str | None = None, **detail) -> Step:
+        return Step(name, label, self.elapsed_ms(), method, detail)
+
+    @contextmanager
+    def timed(self, key: str):
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[key] = self.timings.get(key, 0) + int((time.monotonic() - t0) * 1000)
+
+    def prompt(self, name: str) -> str:
+        return default_prompt(name, self.options.prompts)
+
+    @property
+    def generation_model(self) -> str:
+        return self.options.model or self.llm.generation_model
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.services.embedder.embed_query(text)
+
+    def utility_chat(self, messages: list[dict], max_tokens: int = 64) -> str:
+        """A short call to the utility model; the caller falls back to its model-free answer on failure."""
+        return self.llm.backend.chat(messages, model=self.llm.utility_model, temperature=0.0, max_tokens=max_tokens)
+
+    def ask_yes_no(self, instruction: str, body: str) -> bool | None:
+        """Ask the utility model a YES/NO question; None when it is unavailable or answers neither."""
+        messages = [
+            {"role": "system", "content": instruction},
+            {"role": "user", "content": f"{body}\n\nAnswer YES or NO."},
+        ]
+        try:
+            reply = self.utility_chat(messages, max_tokens=4)
+        except Exception as exc:  # a decision step must never sink the turn
+            log.warning("utility model failed in a yes/no step: %s", exc)
+            return None
+        match = YES_NO_RE.search(reply)
+        return None if match is None else match.group(1).lower() == "yes"
+
+
+def history_excerpt(turn: Turn, max_messages: int = 6, max_chars: int = 2000) -> str:
+    """The last user/assistant exchanges as plain text, for the rewrite and check prompts."""
+    lines = []
+    for msg in turn.request.history[-max_messages:]:
+        if msg.role == "system":
+            continue
+        lines.append(f"{msg.role}: {msg.content.strip()[:600]}")
+    text = "\n".join(lines)
+    return text[-max_chars:]

@@ -1,0 +1,64 @@
+"""`POST /chat` (one JSON answer) and `POST /chat_stream` (SSE): the same pipeline, two transports."""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app, jsonify, request
+
+from ..errors import ApiError, BadRequest
+from ..pipeline.chat import prepare, run_turn
+from ..pipeline.events import Done, Error
+from ..schemas import ChatRequest, check_chat_limits, parse
+from ..services import Services
+from ..sse import frame, sse_response
+
+bp = Blueprint("chat", __name__)
+
+
+def services() -> Services:
+    return current_app.extensions["rag"]
+
+
+def json_body() -> dict:
+    data = request.get_json(silent=True, force=True)
+    if data is None:
+        raise BadRequest("the body must be JSON (Content-Type: application/json)", code="bad_json")
+    return data
+
+
+def load_turn():
+    svc = services()
+    req = parse(ChatRequest, json_body())
+    check_chat_limits(req, svc.settings)
+    return prepare(svc, req)
+
+
+@bp.post("/chat")
+def chat():
+    turn = load_turn()
+    answer = None
+    for event in run_turn(turn):
+        if isinstance(event, Error):
+            raise ApiError(event.error, code=event.code, status=event.status if event.status >= 400 else 500)
+        if isinstance(event, Done):
+            answer = event.answer
+    return jsonify(answer)
+
+
+@bp.post("/chat_stream")
+def chat_stream():
+    turn = load_turn()  # 4xx before the stream starts: a client gets a JSON error, not a broken stream
+
+    def frames():
+        for event in run_turn(turn):
+            yield frame(event.name, event.data)
+
+    return sse_response(frames(), services().settings.keepalive_s)
+
+
+@bp.post("/create_title")
+def create_title():
+    from ..pipeline.titles import make_title
+    from ..schemas import TitleRequest
+
+    req = parse(TitleRequest, json_body())
+    return jsonify({"title": make_title(services(), req.question)})

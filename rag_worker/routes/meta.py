@@ -1,0 +1,77 @@
+"""Operational routes: `/health`, `/config`, `/openapi.json`."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, current_app, jsonify
+
+from .. import __version__
+from ..openapi import spec
+from ..pipeline.prompts import DEFAULTS
+from ..services import Services
+
+bp = Blueprint("meta", __name__)
+log = logging.getLogger("rag_worker")
+
+
+def services() -> Services:
+    return current_app.extensions["rag"]
+
+
+@bp.get("/health")
+def health():
+    svc = services()
+    body: dict = {"status": "ok", "version": __version__}
+    try:
+        body["llm"] = svc.llm.health()
+        llm_ok = bool(body["llm"].get("ok", True))
+    except Exception as exc:
+        body["llm"] = {"ok": False, "error": str(exc)}
+        llm_ok = False
+    body["embedder"] = svc.embedder_health()
+    try:
+        indexes = svc.store.indexes()
+        body["store"] = {"ok": True, "path": str(svc.settings.lancedb_dir), "indexes": len(indexes)}
+    except Exception as exc:
+        body["store"] = {"ok": False, "error": str(exc)}
+    body["reranker"] = (
+        {"model": svc.settings.reranker_model}
+        if svc.settings.reranker_model
+        else {"model": None, "note": "no reranker configured: ordering relies on hybrid fusion (RRF)"}
+    )
+    down = [k for k in ("embedder", "store") if not body[k].get("ok")]
+    if down:
+        body["status"] = "down"
+        body["down"] = down
+        return jsonify(body), 503
+    if not llm_ok:
+        body["status"] = "degraded"
+        return jsonify(body), 503
+    return jsonify(body)
+
+
+@bp.get("/config")
+def config():
+    svc = services()
+    s = svc.settings
+    return jsonify({
+        "settings": s.public_dict(),
+        "defaults": {
+            "route": "auto",
+            "rewrite": True,
+            "hyde": False,
+            "rerank": bool(s.reranker_model),
+            "mode": "hybrid",
+            "top_k": s.top_k,
+            "provenance": "rerank" if s.reranker_model else "similarity",
+            "temperature": None,
+        },
+        "prompts": DEFAULTS,
+        "reranker": s.reranker_model or None,
+    })
+
+
+@bp.get("/openapi.json")
+def openapi():
+    return jsonify(spec())

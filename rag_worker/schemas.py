@@ -1,0 +1,131 @@
+"""Request and response shapes of the worker's public API, validated once at the door."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import BadRequest, PayloadTooLarge
+from .names import NAME_RE
+from .settings import Settings
+
+Role = Literal["user", "assistant", "system"]
+
+
+class _Strict(BaseModel):
+    # Unknown fields are ignored (forward compatibility); wrong types are an error, not a silent coercion.
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+
+
+class Message(_Strict):
+    role: Role
+    content: str
+
+
+class Document(_Strict):
+    id: str
+    document_id: str = ""
+    filename: str = ""
+    dataset: str = "default"
+    index: str | None = None
+    page: int | None = None
+    chunk_index: int | None = None
+    text: str
+    context: str | None = None
+    score: float | None = None
+    vector_score: float | None = None
+    fts_score: float | None = None
+    rerank_score: float | None = None
+    provenance: float | None = None
+    rank: int | None = None
+    ref: str | None = None
+
+
+class Options(_Strict):
+    route: Literal["auto", "rag", "direct"] = "auto"
+    rewrite: bool | None = None
+    hyde: bool | None = None
+    rerank: bool | None = None
+    mode: Literal["hybrid", "vector", "fts"] | None = None
+    top_k: int | None = Field(default=None, ge=1, le=50)
+    provenance: Literal["rerank", "similarity", "none"] | None = None
+    model: str | None = Field(default=None, max_length=200)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    prompts: dict[str, str] | None = None
+
+
+class ChatRequest(_Strict):
+    prompt: str = Field(validation_alias=AliasChoices("prompt", "query"))
+    history: list[Message] = Field(default_factory=list)
+    docs: list[Document] = Field(default_factory=list)
+    datasets: list[str] = Field(default_factory=list)
+    index: str | list[str] = "default"
+    options: Options = Field(default_factory=Options)
+
+    @field_validator("datasets")
+    @classmethod
+    def _datasets(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not NAME_RE.fullmatch(name):
+                raise ValueError(f"dataset {name[:80]!r} is not 1 to 64 letters, digits, '_' or '-'")
+        return list(dict.fromkeys(value))
+
+    @field_validator("index")
+    @classmethod
+    def _index(cls, value: str | list[str]) -> str | list[str]:
+        names = [value] if isinstance(value, str) else value
+        if not names:
+            raise ValueError("give at least one index name")
+        for name in names:
+            if not NAME_RE.fullmatch(name):
+                raise ValueError(f"index {name[:80]!r} is not 1 to 64 letters, digits, '_' or '-'")
+        return value
+
+    @property
+    def indexes(self) -> list[str]:
+        return list(dict.fromkeys([self.index] if isinstance(self.index, str) else self.index))
+
+
+class TitleRequest(_Strict):
+    question: str = Field(min_length=1, max_length=8000)
+
+
+def _field_path(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p not in ("function-after",)]
+    return ".".join(parts)
+
+
+def parse(model: type[BaseModel], payload: Any) -> Any:
+    """Validate a JSON body into `model`, turning pydantic's report into one clear 400."""
+    if not isinstance(payload, dict):
+        raise BadRequest("the request body must be a JSON object", code="bad_json")
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = _field_path(first["loc"])
+        kind = first["type"]
+        msg = first["msg"].removeprefix("Value error, ")
+        if kind == "missing":
+            raise BadRequest(f"{field} is required", code="missing_field", field=field) from None
+        raise BadRequest(f"{field}: {msg}", code="invalid_field", field=field) from None
+
+
+def check_chat_limits(req: ChatRequest, settings: Settings) -> None:
+    """Size limits from the settings: a prompt out of range is a 400, oversized history or docs a 413."""
+    if not req.prompt.strip():
+        raise BadRequest("prompt must not be empty", code="invalid_field", field="prompt")
+    if len(req.prompt) > settings.max_prompt_chars:
+        raise BadRequest(f"prompt is longer than {settings.max_prompt_chars} characters",
+                         code="invalid_field", field="prompt")
+    if len(req.history) > settings.max_history_messages:
+        raise PayloadTooLarge(f"history has {len(req.history)} messages; the limit is "
+                              f"{settings.max_history_messages}", field="history")
+    chars = sum(len(m.content) for m in req.history)
+    if chars > settings.max_history_chars:
+        raise PayloadTooLarge(f"history holds {chars} characters; the limit is {settings.max_history_chars}",
+                              field="history")
+    if len(req.docs) > settings.max_docs:
+        raise PayloadTooLarge(f"{len(req.docs)} docs sent; the limit is {settings.max_docs}", field="docs")
