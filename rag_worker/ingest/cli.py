@@ -1,0 +1,69 @@
+"""`python -m rag_worker index FOLDER --index NAME [--rebuild]`: the /index pipeline from a shell, with a bar."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ..errors import ApiError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rag_worker index",
+        description="Index a folder: files at its top level go to dataset 'default', each subfolder is a dataset.",
+    )
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--index", default="default", help="index (table) name, default 'default'")
+    parser.add_argument("--rebuild", action="store_true", help="drop the index first, then index everything")
+    parser.add_argument(
+        "--prune",
+        action="store_true",
+        help="also remove indexed documents whose file is no longer in the folder",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from tqdm import tqdm
+
+    from ..services import Services
+    from ..settings import Settings
+    from .pipeline import BatchDone, Progress, index_folder
+
+    services = Services(Settings())
+    bar = None
+    reported: set[str] = set()
+    try:
+        for event in index_folder(services, args.index, args.folder, args.rebuild, prune=args.prune):
+            if isinstance(event, Progress):
+                if bar is None:
+                    bar = tqdm(total=event.total, unit="file", disable=args.quiet, dynamic_ncols=True)
+                bar.set_postfix_str(f"{event.stage} {event.file}"[:60], refresh=False)
+                bar.n = event.done
+                bar.refresh()
+                if event.stage == "failed":
+                    reported.add(event.file)
+                    tqdm.write(f"failed: {event.file}: {event.error}", file=sys.stderr)
+            elif isinstance(event, BatchDone):
+                if bar is not None:
+                    bar.close()
+                print(
+                    f"index '{args.index}': {event.documents} documents ({event.unchanged} unchanged), "
+                    f"{event.chunks} chunks, {len(event.failed)} failed, {event.removed} chunks pruned, "
+                    f"in {event.seconds:.1f} s"
+                )
+                for problem in event.failed:
+                    if problem["file"] not in reported:  # folder-level problems, not reported per file
+                        print(f"skipped: {problem['file']}: {problem['error']}", file=sys.stderr)
+                return 1 if event.failed else 0
+    except ApiError as err:
+        if bar is not None:
+            bar.close()
+        print(f"error: {err.message}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,173 @@
+"""File -> DoclingDocument, for every accepted kind, with a clear per-file error when a file cannot be read.
+
+PDFs go through Docling's model-free native pipeline (text with page numbers, no layout model) unless
+`DOCLING_ARTIFACTS_PATH` points at local layout models, in which case the standard pipeline runs from those
+files (OCR stays off: no OCR engine is installed). Plain text is built into a document directly, paragraph by
+paragraph, so that a `#` or `*` in a text file is not read as Markdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+
+from docling_core.types.doc import DocItemLabel, DoclingDocument
+
+from .formats import IngestError, decode_text, kind_of, sniff
+from .limits import Limits, check
+
+log = logging.getLogger(__name__)
+
+NO_TEXT_LAYER = "no text layer; OCR is not installed"
+
+
+@dataclass
+class Converted:
+    document: DoclingDocument
+    kind: str
+    pages: int | None  # paginated kinds only (PDF; spreadsheets count sheets as pages)
+
+
+class Converter:
+    """Holds one Docling converter (its pipelines are built once and reused) behind a lock."""
+
+    def __init__(
+        self, *, artifacts_path: Path | str | None = None, limits: Limits | None = None, pdf_threads: int = 1
+    ):
+        self.artifacts_path = Path(artifacts_path) if artifacts_path else None
+        self.limits = limits or Limits()
+        self.pdf_threads = max(1, pdf_threads)
+        self._lock = threading.Lock()
+        self._docling = None
+
+    @property
+    def pdf_pipeline(self) -> str:
+        return "standard" if self.artifacts_path else "native"
+
+    def _converter(self):
+        if self._docling is None:
+            from docling.datamodel.base_models import InputFormat
+            from docling.document_converter import DocumentConverter, NativePdfFormatOption, PdfFormatOption
+
+            if self.artifacts_path:
+                from docling.datamodel.pipeline_options import PdfPipelineOptions
+
+                pdf = PdfFormatOption(
+                    pipeline_options=PdfPipelineOptions(artifacts_path=self.artifacts_path, do_ocr=False)
+                )
+            else:
+                from docling.datamodel.pipeline_options import NativePdfPipelineOptions
+
+                pdf = NativePdfFormatOption(
+                    pipeline_options=NativePdfPipelineOptions(parser_threads=self.pdf_threads)
+                )
+            self._docling = DocumentConverter(
+                allowed_formats=[
+                    InputFormat.PDF,
+                    InputFormat.DOCX,
+                    InputFormat.PPTX,
+                    InputFormat.XLSX,
+                    InputFormat.CSV,
+                    InputFormat.HTML,
+                    InputFormat.MD,
+                ],
+                format_options={InputFormat.PDF: pdf},
+            )
+        return self._docling
+
+    def convert(self, path: Path, filename: str | None = None) -> Converted:
+        """Convert one file; `filename` (the display name) decides the kind, defaulting to the path's name.
+
+        Raises IngestError (unsupported_type, empty, encrypted, no_text_layer, corrupt, zip_bomb,
+        too_many_cells) for a file that cannot be ingested.
+        """
+        filename = filename or path.name
+        kind = kind_of(filename)
+        sniff(path, kind)
+        check(path, kind, self.limits)
+        if kind == "txt":
+            doc = text_document(decode_text(path.read_bytes()), Path(filename).stem)
+            pages = None
+        else:
+            pages = pdf_page_count(path) if kind == "pdf" else None
+            doc = self._convert_docling(path, kind, filename)
+            if kind == "xlsx":
+                pages = doc.num_pages() or None
+        if not has_text(doc):
+            if kind == "pdf":
+                raise IngestError("no_text_layer", f"the PDF has {pages} page(s) but {NO_TEXT_LAYER}")
+            raise IngestError("empty", "the file contains no text")
+        return Converted(document=doc, kind=kind, pages=pages)
+
+    def _convert_docling(self, path: Path, kind: str, filename: str) -> DoclingDocument:
+        from docling.datamodel.base_models import ConversionStatus
+        from docling_core.types.io import DocumentStream
+
+        # A stream with a plain ASCII name pins the format to the one we sniffed, whatever the display name.
+        source = DocumentStream(
+            name=f"document{Path(filename).suffix.lower()}", stream=BytesIO(path.read_bytes())
+        )
+        try:
+            with self._lock:
+                result = self._converter().convert(source, raises_on_error=False)
+        except IngestError:
+            raise
+        except Exception as exc:  # Docling and its backends raise many types for unreadable input
+            log.info("conversion of %s failed: %r", filename, exc)
+            raise IngestError(
+                "corrupt", f"the file is damaged or not a valid {kind} file ({_short(exc)})"
+            ) from exc
+        if result.status not in (ConversionStatus.SUCCESS, ConversionStatus.PARTIAL_SUCCESS):
+            detail = "; ".join(e.error_message for e in result.errors)[:300] or result.status.value
+            raise IngestError("corrupt", f"the file is damaged or not a valid {kind} file ({detail})")
+        doc = result.document
+        doc.name = Path(filename).stem
+        return doc
+
+
+def pdf_page_count(path: Path) -> int:
+    """Open the PDF with pdfium to tell encrypted and damaged files apart from readable ones."""
+    import pypdfium2 as pdfium
+
+    try:
+        pdf = pdfium.PdfDocument(str(path))
+    except pdfium.PdfiumError as exc:
+        if getattr(exc, "err_code", None) == pdfium.raw.FPDF_ERR_PASSWORD:
+            raise IngestError(
+                "encrypted", "the PDF is password-protected; upload an unprotected copy"
+            ) from exc
+        raise IngestError("corrupt", f"the PDF is damaged and cannot be read ({_short(exc)})") from exc
+    try:
+        pages = len(pdf)
+    finally:
+        pdf.close()
+    if pages == 0:
+        raise IngestError("empty", "the PDF has no pages")
+    return pages
+
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+
+
+def text_document(text: str, name: str) -> DoclingDocument:
+    """A plain-text file as a document of paragraphs (blank lines separate them)."""
+    doc = DoclingDocument(name=name or "text")
+    for para in _PARAGRAPH_BREAK.split(text.replace("\r\n", "\n").replace("\r", "\n")):
+        para = para.strip()
+        if para:
+            doc.add_text(label=DocItemLabel.TEXT, text=para)
+    return doc
+
+
+def has_text(doc: DoclingDocument) -> bool:
+    if any(getattr(t, "text", "").strip() for t in doc.texts):
+        return True
+    return any(cell.text.strip() for table in doc.tables for cell in table.data.table_cells)
+
+
+def _short(exc: Exception) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0][:200]

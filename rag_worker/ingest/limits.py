@@ -1,0 +1,90 @@
+"""Bounds checked before a converter sees a file: zip bombs and huge spreadsheets.
+
+DOCX, PPTX and XLSX are zip packages; a few kilobytes can inflate to gigabytes. The central directory says how
+large each entry is once inflated and Python's zip reader stops at that size, so summing the declared sizes is
+a sound bound without inflating anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .formats import IngestError, decode_text
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_unzipped_bytes: int = 256 * 1024 * 1024
+    max_zip_entries: int = 10_000
+    max_spreadsheet_cells: int = 1_000_000
+
+
+def check_zip(path: Path, limits: Limits) -> None:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise IngestError("corrupt", f"the file is damaged and cannot be read ({exc})") from exc
+    if len(infos) > limits.max_zip_entries:
+        raise IngestError(
+            "zip_bomb",
+            f"the package holds {len(infos)} parts, more than the limit of {limits.max_zip_entries}",
+        )
+    total = sum(info.file_size for info in infos)
+    if total > limits.max_unzipped_bytes:
+        raise IngestError(
+            "zip_bomb",
+            f"the package inflates to {total:,} bytes, more than the limit of {limits.max_unzipped_bytes:,}",
+        )
+
+
+def check_xlsx_cells(path: Path, limits: Limits) -> None:
+    """Sum rows x columns over the sheets (their declared dimensions, or a streamed count when absent)."""
+    import openpyxl
+
+    try:
+        wb = openpyxl.load_workbook(path, read_only=True, data_only=True)
+    except Exception as exc:  # openpyxl raises many types for damaged packages
+        raise IngestError("corrupt", f"the spreadsheet is damaged and cannot be read ({exc})") from exc
+    try:
+        cells = 0
+        for ws in wb.worksheets:
+            if ws.max_row is not None and ws.max_column is not None:
+                cells += ws.max_row * ws.max_column
+            else:  # no dimension recorded: count while streaming, stopping as soon as the bound is passed
+                for row in ws.iter_rows(values_only=True):
+                    cells += len(row)
+                    if cells > limits.max_spreadsheet_cells:
+                        break
+            if cells > limits.max_spreadsheet_cells:
+                raise IngestError(
+                    "too_many_cells",
+                    f"the spreadsheet has more than {limits.max_spreadsheet_cells:,} cells; split it into smaller files",
+                )
+    finally:
+        wb.close()
+
+
+def check_csv_cells(path: Path, limits: Limits) -> None:
+    text = decode_text(path.read_bytes())
+    cells = 0
+    for row in csv.reader(text.splitlines()):
+        cells += len(row)
+        if cells > limits.max_spreadsheet_cells:
+            raise IngestError(
+                "too_many_cells",
+                f"the CSV file has more than {limits.max_spreadsheet_cells:,} cells; split it into smaller files",
+            )
+
+
+def check(path: Path, kind: str, limits: Limits) -> None:
+    """All bounds that apply to a file of this kind."""
+    if kind in ("docx", "pptx", "xlsx"):
+        check_zip(path, limits)
+    if kind == "xlsx":
+        check_xlsx_cells(path, limits)
+    elif kind == "csv":
+        check_csv_cells(path, limits)
