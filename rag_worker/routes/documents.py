@@ -1,5 +1,202 @@
-"""Document and index lifecycle routes (filled in by the ingestion work)."""
+"""Document and index lifecycle: upload, list, download, delete, bulk (re)index, drop (WORKER_API.md).
 
-from flask import Blueprint
+Uploaded originals live at `uploads_dir/<index>/<dataset>/<filename>`; that folder is also what `POST /index`
+indexes, so a rebuild re-reads exactly what was uploaded. An upload is written to a private temporary file
+first and moved into place only once its rows are in the index: a refused or failed upload changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+from flask import Blueprint, current_app, jsonify, request, send_file
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from ..ingest import pipeline
+from ..ingest.formats import kind_of
+from ..names import check_filename, check_name
+from ..schemas import parse
+from ..services import Services
+from ..sse import frame, sse_response
 
 bp = Blueprint("documents", __name__)
+log = logging.getLogger("rag_worker")
+
+INCOMING = ".incoming"  # not a valid index name, so never mistaken for an index's uploads folder
+COPY_BLOCK = 1 << 20
+
+
+def services() -> Services:
+    return current_app.extensions["rag"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class DeleteRequest(_Body):
+    index: str = "default"
+    dataset: str = "default"
+    filename: str
+
+
+class IndexRequest(_Body):
+    index: str = "default"
+    rebuild: bool = False
+    prune: bool = False
+
+
+def json_body() -> dict:
+    data = request.get_json(silent=True, force=True)
+    if data is None:
+        raise BadRequest("the body must be JSON (Content-Type: application/json)", code="bad_json")
+    return data
+
+
+def read_index_arg() -> str:
+    return check_name(request.args.get("index", "default"), "index")
+
+
+def require_index(svc: Services, index: str) -> None:
+    if not svc.store.exists(index):
+        raise NotFound(f"index '{index}' does not exist", code="index_not_found", field="index")
+
+
+def save_upload(svc: Services, storage, suffix: str) -> Path:
+    """Copy the uploaded stream to a private temporary file, refusing it (413) past max_upload_bytes."""
+    limit = svc.settings.max_upload_bytes
+    incoming = svc.settings.uploads_dir / INCOMING
+    incoming.mkdir(parents=True, exist_ok=True)
+    tmp = incoming / f"{uuid.uuid4().hex}{suffix}"
+    written = 0
+    try:
+        with open(tmp, "wb") as out:
+            while block := storage.stream.read(COPY_BLOCK):
+                written += len(block)
+                if written > limit:
+                    raise PayloadTooLarge(
+                        f"the file is larger than the limit of {limit:,} bytes", field="file"
+                    )
+                out.write(block)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+@bp.post("/add_document")
+def add_document():
+    svc = services()
+    storage = request.files.get("file")
+    if storage is None:
+        raise BadRequest(
+            "a multipart field 'file' with the document is required", code="missing_field", field="file"
+        )
+    index = check_name(request.form.get("index", "default"), "index")
+    dataset = check_name(request.form.get("dataset", "default"), "dataset")
+    filename = check_filename(storage.filename or "")
+    kind_of(filename)  # 415 before a byte is stored
+    tmp = save_upload(svc, storage, Path(filename).suffix.lower())
+    try:
+        result = pipeline.ingest_file(
+            svc, index, dataset, tmp, filename, keep_at=pipeline.uploads_path(svc, index, dataset, filename)
+        )
+    finally:
+        tmp.unlink(missing_ok=True)  # still there when refused, failed or unchanged-and-kept
+    return jsonify(result.to_dict())
+
+
+@bp.get("/get_documents")
+def get_documents():
+    return jsonify(services().store.list_documents(read_index_arg()))
+
+
+@bp.get("/get_datasets")
+def get_datasets():
+    return jsonify(services().store.list_datasets(read_index_arg()))
+
+
+@bp.get("/get_document")
+def get_document():
+    svc = services()
+    index = read_index_arg()
+    dataset = check_name(request.args.get("dataset", "default"), "dataset")
+    filename = check_filename(request.args.get("filename", ""))
+    require_index(svc, index)
+    path = pipeline.uploads_path(svc, index, dataset, filename)
+    if not path.is_file():
+        raise NotFound(
+            f"no document '{filename}' in dataset '{dataset}' of index '{index}'",
+            code="document_not_found",
+            field="filename",
+        )
+    # Always an attachment: an uploaded HTML file must never run as a page of the worker's origin.
+    resp = send_file(path, as_attachment=True, download_name=filename, conditional=True)
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    return resp
+
+
+@bp.post("/delete")
+def delete():
+    svc = services()
+    req = parse(DeleteRequest, json_body())
+    index = check_name(req.index, "index")
+    dataset = check_name(req.dataset, "dataset")
+    filename = check_filename(req.filename)
+    require_index(svc, index)
+    had_original = pipeline.uploads_path(svc, index, dataset, filename).is_file()
+    count = pipeline.delete_document(svc, index, dataset, filename)
+    if count == 0 and not had_original:
+        raise NotFound(
+            f"no document '{filename}' in dataset '{dataset}' of index '{index}'",
+            code="document_not_found",
+            field="filename",
+        )
+    return jsonify({"count": count})
+
+
+@bp.post("/index")
+def index_uploads():
+    svc = services()
+    req = parse(IndexRequest, json_body())
+    index = check_name(req.index, "index")
+    folder = svc.settings.uploads_dir / index
+    if not folder.is_dir():
+        if not svc.store.exists(index):
+            raise NotFound(
+                f"index '{index}' has no uploads folder ({folder}) and no table",
+                code="index_not_found",
+                field="index",
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+    if not req.rebuild and svc.store.exists(index):
+        svc.store.check_compatible(index)  # 409 as JSON, before the stream starts
+
+    def frames():
+        try:
+            for event in pipeline.index_folder(svc, index, folder, req.rebuild, prune=req.prune):
+                if isinstance(event, pipeline.Progress):
+                    yield frame("progress", event.to_dict())
+                else:
+                    yield frame("done", event.to_dict())
+        except ApiError as err:
+            yield frame("error", err.to_dict())
+        except Exception as exc:
+            log.exception("indexing %s failed", index)
+            yield frame("error", {"error": f"internal error: {type(exc).__name__}", "code": "internal"})
+
+    return sse_response(frames(), svc.settings.keepalive_s)
+
+
+@bp.delete("/indexes/<index>")
+def drop_index(index: str):
+    svc = services()
+    index = check_name(index, "index")
+    had_overviews = pipeline.overviews.overviews_path(svc.settings, index).exists()
+    existed = pipeline.drop_index(svc, index)
+    if not existed and not had_overviews:
+        raise NotFound(f"index '{index}' does not exist", code="index_not_found", field="index")
+    return jsonify({"index": index, "dropped": True})
