@@ -197,16 +197,15 @@ def describe_llm(llm: dict) -> str:
     """One line from the worker's /health `llm` part: the Ollama model, or the embedded model and why."""
     if not llm:
         return "unknown (the worker's /health has no llm part)"
-    backend = str(llm.get("backend") or llm.get("active") or "?")
-    model = llm.get("model") or llm.get("generation_model") or ""
-    reason = llm.get("reason") or llm.get("error") or ""
+    backend = str(llm.get("backend") or "?")
+    model = llm.get("generation_model") or llm.get("model") or "?"
+    reason = llm.get("reason") or ""
     if backend == "ollama":
-        text = f"Ollama, model {model}" if model else "Ollama"
-        if llm.get("host"):
-            text += f" at {llm['host']}"
-    else:
-        text = f"embedded {backend} model {model}".replace("  ", " ").strip()
-    return f"{text} ({reason})" if reason else text
+        ollama = llm.get("ollama") or {}
+        text = f"Ollama, model {model}" + (f" at {ollama['host']}" if ollama.get("host") else "")
+        # The reason of a working Ollama only repeats the line; a failing one says what to fix.
+        return text if ollama.get("reachable", True) and "not pulled" not in reason else f"{text} -- {reason}"
+    return f"embedded model {model} ({reason})" if reason else f"embedded model {model}"
 
 
 def wait_healthy(child: Child, timeout: float) -> Probe:
@@ -342,7 +341,7 @@ def build_demo_index(env: dict[str, str], logs_dir: Path, timeout: float) -> boo
         for src in sources:
             shutil.copy2(src, dataset / src.name)
         with open(log_path, "ab") as log:
-            cmd = [sys.executable, "-m", "rag_worker", "index", tmp, "--index", "demo"]
+            cmd = [sys.executable, "-m", "rag_worker", "index", tmp, "--index", "demo", "--quiet"]
             proc = subprocess.Popen(
                 cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
@@ -608,8 +607,8 @@ def health_rows(args: argparse.Namespace) -> list[Row]:
     worker = get_json(worker_url + "/health")
     llm = worker.body.get("llm") or {}
     backend = settings.llm_backend
-    active = str(llm.get("backend") or "")
-    ollama_needed = backend == "ollama" or (backend == "auto" and active == "ollama")
+    # With LLM_BACKEND=auto the worker falls back to the embedded model, so a missing Ollama is a warning.
+    ollama_needed = backend == "ollama"
     if backend == "local":
         rows.append(Row("ollama", "not used", settings.ollama_host, "LLM_BACKEND=local", True))
     else:
