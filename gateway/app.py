@@ -1,0 +1,75 @@
+"""The gateway's application factory: routes assembled from a plain list, nothing built at import time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+
+from . import accounts, chats, indexes, meta, turns
+from .auth import LoginThrottle
+from .context import Context
+from .db import Database
+from .errors import HANDLERS
+from .settings import Settings
+from .worker_client import WorkerClient
+
+log = logging.getLogger("gateway")
+
+SHUTDOWN_GRACE_S = 30.0
+
+
+def create_app(settings: Settings | None = None) -> Starlette:
+    settings = settings or Settings()
+    db = Database(settings.resolved_database_url())
+    throttle = LoginThrottle(
+        free=settings.login_free_attempts,
+        base_delay_s=settings.login_base_delay_s,
+        max_delay_s=settings.login_max_delay_s,
+        lock_after=settings.login_lock_attempts,
+        window_s=settings.login_window_s,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        version = await asyncio.to_thread(db.migrate)
+        log.info("gateway database at schema version %d", version)
+        worker = WorkerClient(settings)
+        app.state.ctx = Context(
+            settings=settings,
+            db=db,
+            worker=worker,
+            jwt_secret=settings.resolved_jwt_secret(),
+            throttle=throttle,
+        )
+        try:
+            yield
+        finally:
+            running = list(app.state.ctx.running)
+            if running:
+                # Let turns in flight finish and be stored; past the grace they are stored as interrupted.
+                _done, pending = await asyncio.wait(running, timeout=SHUTDOWN_GRACE_S)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+            await worker.aclose()
+            db.dispose()
+
+    routes = [
+        *accounts.routes,
+        *chats.routes,
+        *turns.routes,
+        indexes.upload_route(settings.max_upload_bytes),
+        *indexes.routes,
+        *meta.routes,
+        # Last, so /api and /health win; the whole web/ folder (with node_modules) is served.
+        Mount("/", app=StaticFiles(directory=settings.web_dir, html=True, check_dir=False), name="web"),
+    ]
+    return Starlette(
+        routes=routes, exception_handlers=HANDLERS, lifespan=lifespan, max_body_size=settings.max_json_bytes
+    )

@@ -1,0 +1,185 @@
+"""Chats: list, create, read (with messages and state), update, delete. Another user's chat is a 404."""
+
+from __future__ import annotations
+
+from sqlmodel import Session, col, delete, select
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .context import ctx, current_user, in_thread, path_id, read_json
+from .db import Chat, ChatIndex, Index, Message, iso, utcnow
+from .errors import NotFound
+from .schemas import ChatCreate, ChatUpdate
+
+
+def owned_chat(s: Session, owner_id: int, chat_id: int) -> Chat:
+    chat = s.get(Chat, chat_id)
+    if chat is None or chat.owner_id != owner_id:
+        raise NotFound(f"no chat {chat_id}", code="chat_not_found")
+    return chat
+
+
+def owned_indexes(s: Session, owner_id: int, index_ids: list[int]) -> list[Index]:
+    """The indexes, in the order asked; one that is not the user's is a 404 (as if it did not exist)."""
+    ids = list(dict.fromkeys(index_ids))
+    if not ids:
+        return []
+    found = {i.id: i for i in s.exec(select(Index).where(col(Index.id).in_(ids), Index.owner_id == owner_id))}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise NotFound(f"no index {missing[0]}", code="index_not_found", field="index_ids")
+    return [found[i] for i in ids]
+
+
+def linked_indexes(s: Session, chat_id: int) -> list[Index]:
+    rows = s.exec(
+        select(Index)
+        .join(ChatIndex, col(ChatIndex.index_id) == col(Index.id))
+        .where(ChatIndex.chat_id == chat_id)
+        .order_by(col(Index.id))
+    )
+    return list(rows)
+
+
+def link_indexes(s: Session, chat: Chat, indexes: list[Index]) -> None:
+    s.exec(delete(ChatIndex).where(col(ChatIndex.chat_id) == chat.id))
+    for index in indexes:
+        s.add(ChatIndex(chat_id=chat.id, index_id=index.id))
+
+
+def message_json(m: Message) -> dict:
+    return {
+        "id": m.id,
+        "role": m.role,
+        "content": m.content,
+        "status": m.status,
+        "error": m.error,
+        "route": m.route,
+        "gate": m.gate,
+        "documents": m.documents,
+        "citations": m.citations,
+        "rewritten": m.rewritten,
+        "steps": m.steps,
+        "timings": m.timings,
+        "details": m.details,
+        "created_at": iso(m.created_at),
+    }
+
+
+def chat_summary(chat: Chat, index_ids: list[int]) -> dict:
+    return {
+        "id": chat.id,
+        "title": chat.title,
+        "created_at": iso(chat.created_at),
+        "updated_at": iso(chat.updated_at),
+        "index_ids": index_ids,
+        "datasets": chat.datasets,
+    }
+
+
+def chat_full(s: Session, chat: Chat) -> dict:
+    messages = s.exec(select(Message).where(Message.chat_id == chat.id).order_by(col(Message.id))).all()
+    data = chat_summary(chat, [i.id for i in linked_indexes(s, chat.id)])
+    data["messages"] = [message_json(m) for m in messages]
+    data["state"] = {"history": chat.history, "documents": chat.documents, "datasets": chat.datasets}
+    data["busy"] = chat.turn_started_at is not None
+    return data
+
+
+async def list_chats(request: Request) -> JSONResponse:
+    user, c = await current_user(request), ctx(request)
+
+    def load() -> list[dict]:
+        with c.db.session() as s:
+            chats = s.exec(
+                select(Chat)
+                .where(Chat.owner_id == user.id)
+                .order_by(col(Chat.updated_at).desc(), col(Chat.id).desc())
+            ).all()
+            links: dict[int, list[int]] = {}
+            if chats:
+                rows = s.exec(
+                    select(ChatIndex)
+                    .where(col(ChatIndex.chat_id).in_([ch.id for ch in chats]))
+                    .order_by(col(ChatIndex.index_id))
+                )
+                for row in rows:
+                    links.setdefault(row.chat_id, []).append(row.index_id)
+            return [chat_summary(ch, links.get(ch.id, [])) for ch in chats]
+
+    return JSONResponse(await in_thread(load))
+
+
+async def create_chat(request: Request) -> JSONResponse:
+    user, c = await current_user(request), ctx(request)
+    body = await read_json(request, ChatCreate)
+
+    def create() -> dict:
+        with c.db.session() as s:
+            indexes = owned_indexes(s, user.id, body.index_ids)
+            title = body.title.strip() if body.title and body.title.strip() else None
+            chat = Chat(owner_id=user.id, title=title, datasets=body.datasets)
+            s.add(chat)
+            s.flush()
+            link_indexes(s, chat, indexes)
+            s.commit()
+            return chat_full(s, chat)
+
+    return JSONResponse(await in_thread(create), status_code=201)
+
+
+async def get_chat(request: Request) -> JSONResponse:
+    user, c, chat_id = await current_user(request), ctx(request), path_id(request)
+
+    def load() -> dict:
+        with c.db.session() as s:
+            return chat_full(s, owned_chat(s, user.id, chat_id))
+
+    return JSONResponse(await in_thread(load))
+
+
+async def update_chat(request: Request) -> JSONResponse:
+    user, c, chat_id = await current_user(request), ctx(request), path_id(request)
+    body = await read_json(request, ChatUpdate)
+
+    def update() -> dict:
+        with c.db.session() as s:
+            chat = owned_chat(s, user.id, chat_id)
+            fields = body.model_fields_set
+            if "title" in fields:
+                chat.title = body.title.strip() if body.title and body.title.strip() else None
+            if "datasets" in fields:
+                chat.datasets = body.datasets or []
+            if "index_ids" in fields:
+                link_indexes(s, chat, owned_indexes(s, user.id, body.index_ids or []))
+            chat.updated_at = utcnow()
+            s.add(chat)
+            s.commit()
+            return chat_full(s, chat)
+
+    return JSONResponse(await in_thread(update))
+
+
+async def delete_chat(request: Request) -> Response:
+    user, c, chat_id = await current_user(request), ctx(request), path_id(request)
+
+    def remove() -> None:
+        with c.db.session() as s:
+            chat = owned_chat(s, user.id, chat_id)
+            s.exec(delete(Message).where(col(Message.chat_id) == chat.id))
+            s.exec(delete(ChatIndex).where(col(ChatIndex.chat_id) == chat.id))
+            s.delete(chat)
+            s.commit()
+
+    await in_thread(remove)
+    return Response(status_code=204)
+
+
+routes = [
+    Route("/api/chats", list_chats, methods=["GET"]),
+    Route("/api/chats", create_chat, methods=["POST"]),
+    Route("/api/chats/{id:int}", get_chat, methods=["GET"]),
+    Route("/api/chats/{id:int}", update_chat, methods=["PATCH"]),
+    Route("/api/chats/{id:int}", delete_chat, methods=["DELETE"]),
+]

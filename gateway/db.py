@@ -1,0 +1,216 @@
+"""The gateway's tables (SQLModel), the engine (SQLite by default, Postgres by URL) and schema migrations.
+
+Everything here is portable SQL through SQLAlchemy: the same code runs on `sqlite:///...` and
+`postgresql+psycopg://...`. Schema changes are appended to MIGRATIONS, never edited in place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import JSON, Column, Connection, Engine, UniqueConstraint, event, text
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+log = logging.getLogger("gateway.db")
+
+
+def utcnow() -> datetime:
+    """Aware UTC, to the millisecond: SQLModel stores it portably (SQLite text, Postgres timestamptz)."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+
+
+def json_column() -> Any:
+    return Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+
+
+def json_dict_column() -> Any:
+    return Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "users"
+    id: int | None = Field(default=None, primary_key=True)
+    username: str = Field(max_length=64, unique=True, index=True)
+    password_hash: str
+    is_admin: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Chat(SQLModel, table=True):
+    __tablename__ = "chats"
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    title: str | None = Field(default=None, max_length=200)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow, index=True)
+    # The state the worker returned last (history, documents) and the datasets the chat is scoped to.
+    history: list = json_column()
+    documents: list = json_column()
+    datasets: list = json_column()
+    # Set while a turn runs: a second message to the same chat is a 409 (works across gateway replicas).
+    turn_started_at: datetime | None = None
+
+
+class Message(SQLModel, table=True):
+    __tablename__ = "messages"
+    id: int | None = Field(default=None, primary_key=True)
+    chat_id: int = Field(foreign_key="chats.id", index=True)
+    role: str = Field(max_length=16)  # user | assistant
+    content: str
+    documents: list = json_column()
+    citations: list = json_column()
+    rewritten: str | None = None
+    steps: list = json_column()
+    timings: dict = json_dict_column()
+    route: str | None = Field(default=None, max_length=16)
+    gate: dict = json_dict_column()  # the layer-1 decision: {"route", "reason"}
+    status: str = Field(default="complete", max_length=16)  # complete | interrupted | failed
+    error: str | None = None
+    details: dict = json_dict_column()  # model, abstained, fetched_new_documents
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Index(SQLModel, table=True):
+    __tablename__ = "indexes"
+    __table_args__ = (UniqueConstraint("owner_id", "name", name="uq_indexes_owner_name"),)
+    id: int | None = Field(default=None, primary_key=True)
+    owner_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=100)
+    description: str = ""
+    worker_name: str = Field(max_length=64, unique=True)
+    status: str = Field(default="empty", max_length=16)  # empty | ready | building | failed
+    document_count: int = 0
+    chunk_count: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class IndexDocument(SQLModel, table=True):
+    __tablename__ = "index_documents"
+    __table_args__ = (UniqueConstraint("index_id", "dataset", "filename", name="uq_index_documents_file"),)
+    id: int | None = Field(default=None, primary_key=True)
+    index_id: int = Field(foreign_key="indexes.id", index=True)
+    dataset: str = Field(max_length=64)
+    filename: str = Field(max_length=255)
+    document_id: str = Field(default="", max_length=128)
+    chunks: int = 0
+    bytes: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ChatIndex(SQLModel, table=True):
+    __tablename__ = "chat_indexes"
+    chat_id: int = Field(foreign_key="chats.id", primary_key=True)
+    index_id: int = Field(foreign_key="indexes.id", primary_key=True)
+
+
+class SettingRow(SQLModel, table=True):
+    __tablename__ = "settings"
+    key: str = Field(primary_key=True, max_length=64)
+    value: dict = json_dict_column()
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class SchemaMigration(SQLModel, table=True):
+    __tablename__ = "schema_migrations"
+    version: int = Field(primary_key=True)
+    name: str
+    applied_at: datetime = Field(default_factory=utcnow)
+
+
+def _initial_schema(conn: Connection) -> None:
+    tables = [m.__table__ for m in (User, Chat, Message, Index, IndexDocument, ChatIndex, SettingRow)]
+    SQLModel.metadata.create_all(conn, tables=tables)
+
+
+# (version, name, change). Append only; a deployed version is never edited.
+MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
+    (1, "initial schema", _initial_schema),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def make_engine(url: str) -> Engine:
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    path = url.split("///", 1)[-1]
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:
+        # Let SQLAlchemy's "begin" below open transactions instead of pysqlite's implicit ones.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn) -> None:
+        # IMMEDIATE takes the write lock up front: a read-then-write transaction can otherwise fail with
+        # "database is locked" at once instead of waiting its turn (SQLite does not upgrade under contention).
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class Database:
+    """The engine plus a session factory; `migrate()` brings the schema to SCHEMA_VERSION."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = make_engine(url)
+
+    def session(self) -> Session:
+        return Session(self.engine, expire_on_commit=False)
+
+    def migrate(self) -> int:
+        SchemaMigration.__table__.create(self.engine, checkfirst=True)
+        with self.session() as s:
+            applied = set(s.exec(select(SchemaMigration.version)).all())
+        for version, name, change in MIGRATIONS:
+            if version in applied:
+                continue
+            try:
+                with self.engine.begin() as conn:
+                    change(conn)
+                    conn.execute(
+                        SchemaMigration.__table__.insert().values(
+                            version=version, name=name, applied_at=utcnow()
+                        )
+                    )
+                log.info("database migrated to version %d (%s)", version, name)
+            except IntegrityError:
+                # Another gateway process applied it at the same moment.
+                log.info("migration %d was applied by another process", version)
+        return self.current_version()
+
+    def current_version(self) -> int:
+        with self.session() as s:
+            versions = s.exec(select(SchemaMigration.version)).all()
+        return max(versions, default=0)
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,492 @@
+"""Indexes and their documents, per owner. Another user's index is a 404.
+
+Each gateway index maps to one worker table with a unique name (`u<owner>_<slug>_<random>`), so two users
+may both call an index "contracts". Uploads are forwarded to the worker's /add_document, which stores the
+original under UPLOADS_DIR/<table>/<dataset>/<file> on the shared volume and indexes it; the worker owns the
+file (one writer, no double copy), the gateway keeps the record in its database. Deleting an index drops the
+worker table, the folder and the rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import shutil
+import unicodedata
+from collections.abc import AsyncIterator
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+import httpx
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, delete, func, select
+from starlette.background import BackgroundTask
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .context import Context, ctx, current_user, in_thread, path_id, read_json
+from .db import ChatIndex, Index, IndexDocument, iso, utcnow
+from .errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge
+from .schemas import NAME_RE, BuildRequest, IndexCreate, IndexUpdate
+from .sse import SSE_HEADERS, frame
+
+log = logging.getLogger("gateway.indexes")
+
+
+def worker_table_name(owner_id: int, name: str) -> str:
+    """A unique worker table name that still reads like the index: `u7_contracts-2024_3f9a1c2b`."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower()
+    slug = re.sub(r"[^a-z0-9-]+", "-", ascii_name).strip("-")[:32] or "index"
+    return f"u{owner_id}_{slug}_{secrets.token_hex(4)}"
+
+
+def check_dataset(value: str) -> str:
+    if not NAME_RE.fullmatch(value):
+        raise BadRequest(
+            "dataset must be 1 to 64 letters, digits, '_' or '-'", code="bad_name", field="dataset"
+        )
+    return value
+
+
+def check_filename(value: str | None) -> str:
+    """A plain base name (unicode and spaces kept); any path in it is a 400, like the worker."""
+    name = unicodedata.normalize("NFC", (value or "").strip())
+    if not name:
+        raise BadRequest("the upload has no file name", code="bad_filename", field="file")
+    if len(name.encode("utf-8")) > 255:
+        raise BadRequest("the file name is longer than 255 bytes", code="bad_filename", field="file")
+    if any(ch in name for ch in "\x00\r\n") or name in {".", ".."}:
+        raise BadRequest("the file name contains forbidden characters", code="bad_filename", field="file")
+    if PurePosixPath(name).name != name or PureWindowsPath(name).name != name:
+        raise BadRequest("the file name must not contain a path", code="path_in_filename", field="file")
+    return name
+
+
+def owned_index(s: Session, owner_id: int, index_id: int) -> Index:
+    index = s.get(Index, index_id)
+    if index is None or index.owner_id != owner_id:
+        raise NotFound(f"no index {index_id}", code="index_not_found")
+    return index
+
+
+def owned_document(s: Session, index: Index, document_id: int) -> IndexDocument:
+    doc = s.get(IndexDocument, document_id)
+    if doc is None or doc.index_id != index.id:
+        raise NotFound(f"no document {document_id} in this index", code="document_not_found")
+    return doc
+
+
+def document_json(d: IndexDocument) -> dict:
+    return {
+        "id": d.id,
+        "filename": d.filename,
+        "dataset": d.dataset,
+        "document_id": d.document_id,
+        "chunks": d.chunks,
+        "bytes": d.bytes,
+        "created_at": iso(d.created_at),
+    }
+
+
+def index_json(s: Session, index: Index, with_documents: bool = False) -> dict:
+    data = {
+        "id": index.id,
+        "name": index.name,
+        "description": index.description,
+        "status": index.status,
+        "documents": index.document_count,
+        "chunks": index.chunk_count,
+        "created_at": iso(index.created_at),
+        "updated_at": iso(index.updated_at),
+        "datasets": datasets_of(s, index.id),
+    }
+    if with_documents:
+        docs = s.exec(
+            select(IndexDocument)
+            .where(IndexDocument.index_id == index.id)
+            .order_by(col(IndexDocument.dataset), col(IndexDocument.filename))
+        ).all()
+        data["document_list"] = [document_json(d) for d in docs]
+    return data
+
+
+def datasets_of(s: Session, index_id: int) -> list[str]:
+    rows = s.exec(
+        select(IndexDocument.dataset)
+        .where(IndexDocument.index_id == index_id)
+        .distinct()
+        .order_by(col(IndexDocument.dataset))
+    )
+    return list(rows)
+
+
+def refresh_counts(s: Session, index: Index, status: str | None = "auto") -> None:
+    """Recount documents and chunks; `status` "auto" means ready/empty by count, None keeps the current one."""
+    count, chunks = s.exec(
+        select(func.count(), func.coalesce(func.sum(IndexDocument.chunks), 0)).where(
+            IndexDocument.index_id == index.id
+        )
+    ).one()
+    index.document_count, index.chunk_count = int(count), int(chunks)
+    if status == "auto":
+        index.status = "ready" if count else "empty"
+    elif status is not None:
+        index.status = status
+    index.updated_at = utcnow()
+    s.add(index)
+
+
+async def list_indexes(request: Request) -> JSONResponse:
+    user, c = await current_user(request), ctx(request)
+
+    def load() -> list[dict]:
+        with c.db.session() as s:
+            rows = s.exec(select(Index).where(Index.owner_id == user.id).order_by(col(Index.name))).all()
+            return [index_json(s, i) for i in rows]
+
+    return JSONResponse(await in_thread(load))
+
+
+async def create_index(request: Request) -> JSONResponse:
+    user, c = await current_user(request), ctx(request)
+    body = await read_json(request, IndexCreate)
+
+    def create() -> dict:
+        with c.db.session() as s:
+            if s.exec(select(Index.id).where(Index.owner_id == user.id, Index.name == body.name)).first():
+                raise Conflict("you already have an index with this name", code="index_exists", field="name")
+            index = Index(
+                owner_id=user.id,
+                name=body.name,
+                description=body.description,
+                worker_name=worker_table_name(user.id, body.name),
+            )
+            s.add(index)
+            try:
+                s.commit()
+            except IntegrityError:
+                raise Conflict(
+                    "you already have an index with this name", code="index_exists", field="name"
+                ) from None
+            return index_json(s, index, with_documents=True)
+
+    return JSONResponse(await in_thread(create), status_code=201)
+
+
+async def get_index(request: Request) -> JSONResponse:
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+
+    def load() -> dict:
+        with c.db.session() as s:
+            return index_json(s, owned_index(s, user.id, index_id), with_documents=True)
+
+    return JSONResponse(await in_thread(load))
+
+
+async def update_index(request: Request) -> JSONResponse:
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+    body = await read_json(request, IndexUpdate)
+
+    def change() -> dict:
+        with c.db.session() as s:
+            index = owned_index(s, user.id, index_id)
+            if body.name is not None and body.name != index.name:
+                taken = s.exec(
+                    select(Index.id).where(Index.owner_id == user.id, Index.name == body.name)
+                ).first()
+                if taken:
+                    raise Conflict(
+                        "you already have an index with this name", code="index_exists", field="name"
+                    )
+                index.name = body.name  # the worker table keeps its name: renaming is free
+            if body.description is not None:
+                index.description = body.description
+            index.updated_at = utcnow()
+            s.add(index)
+            s.commit()
+            return index_json(s, index, with_documents=True)
+
+    return JSONResponse(await in_thread(change))
+
+
+def _uploads_folder(c: Context, index: Index) -> Path | None:
+    root = c.settings.uploads_dir.resolve()
+    folder = (root / index.worker_name).resolve()
+    return folder if folder.parent == root else None
+
+
+async def delete_index(request: Request) -> Response:
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+
+    def load() -> Index:
+        with c.db.session() as s:
+            return owned_index(s, user.id, index_id)
+
+    index = await in_thread(load)
+    try:
+        await c.worker.drop_index(index.worker_name)
+    except ApiError as exc:
+        if exc.status != 404:  # a table never built is fine; anything else leaves everything as it was
+            raise
+
+    def remove() -> None:
+        folder = _uploads_folder(c, index)
+        if folder is not None and folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        with c.db.session() as s:
+            s.exec(delete(ChatIndex).where(col(ChatIndex.index_id) == index.id))
+            s.exec(delete(IndexDocument).where(col(IndexDocument.index_id) == index.id))
+            s.exec(delete(Index).where(col(Index.id) == index.id))
+            s.commit()
+
+    await in_thread(remove)
+    return Response(status_code=204)
+
+
+async def _read_upload(request: Request, c: Context) -> tuple[UploadFile, str]:
+    content_type = request.headers.get("content-type", "")
+    if not content_type.startswith("multipart/form-data"):
+        raise BadRequest("send the file as multipart/form-data with a 'file' field", code="not_multipart")
+    form = await request.form(max_files=1, max_fields=10)
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise BadRequest("the form has no 'file' field with a file", code="missing_file", field="file")
+    dataset = form.get("dataset") or "default"
+    if not isinstance(dataset, str):
+        raise BadRequest("dataset must be a text field", field="dataset")
+    if upload.size is not None and upload.size > c.settings.max_upload_bytes:
+        raise PayloadTooLarge(f"the file is larger than {c.settings.max_upload_bytes} bytes", field="file")
+    return upload, check_dataset(dataset.strip())
+
+
+async def upload_document(request: Request) -> JSONResponse:
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+
+    def load() -> Index:
+        with c.db.session() as s:
+            return owned_index(s, user.id, index_id)
+
+    index = await in_thread(load)  # before reading the body: another user's index is a 404, not a 413
+    upload, dataset = await _read_upload(request, c)
+    filename = check_filename(upload.filename)
+    content = await upload.read()
+    if len(content) > c.settings.max_upload_bytes:
+        raise PayloadTooLarge(f"the file is larger than {c.settings.max_upload_bytes} bytes", field="file")
+    if not content:
+        raise BadRequest("the file is empty", code="empty_file", field="file")
+    result = await c.worker.add_document(index.worker_name, dataset, filename, content, upload.content_type)
+
+    def record() -> dict:
+        with c.db.session() as s:
+            current = owned_index(s, user.id, index_id)
+            doc = s.exec(
+                select(IndexDocument).where(
+                    IndexDocument.index_id == current.id,
+                    IndexDocument.dataset == dataset,
+                    IndexDocument.filename == filename,
+                )
+            ).first()
+            doc = doc or IndexDocument(index_id=current.id, dataset=dataset, filename=filename)
+            doc.document_id = str(result.get("document_id") or "")
+            doc.chunks = int(result.get("chunks") or 0)
+            doc.bytes = len(content)
+            doc.created_at = utcnow()
+            s.add(doc)
+            s.flush()
+            refresh_counts(s, current, None if current.status == "building" else "auto")
+            s.commit()
+            data = document_json(doc)
+            data["replaced"] = bool(result.get("replaced"))
+            return data
+
+    return JSONResponse(await in_thread(record), status_code=201)
+
+
+def _load_document(c: Context, user_id: int, index_id: int, document_id: int) -> tuple[Index, IndexDocument]:
+    with c.db.session() as s:
+        index = owned_index(s, user_id, index_id)
+        return index, owned_document(s, index, document_id)
+
+
+async def download_document(request: Request) -> Response:
+    user, c = await current_user(request), ctx(request)
+    index, doc = await in_thread(
+        _load_document, c, user.id, path_id(request), path_id(request, "document_id")
+    )
+    params = {"index": index.worker_name, "dataset": doc.dataset, "filename": doc.filename}
+    stream = c.worker.stream("GET", "/get_document", params=params)
+    resp = await stream.__aenter__()
+    headers = {
+        "Content-Disposition": resp.headers.get("content-disposition")
+        or f"attachment; filename*=UTF-8''{_quote(doc.filename)}"
+    }
+    if "content-length" in resp.headers:
+        headers["Content-Length"] = resp.headers["content-length"]
+
+    async def close() -> None:
+        await stream.__aexit__(None, None, None)
+
+    return StreamingResponse(
+        resp.aiter_raw(),
+        headers=headers,
+        media_type=resp.headers.get("content-type", "application/octet-stream"),
+        background=BackgroundTask(close),
+    )
+
+
+def _quote(name: str) -> str:
+    from urllib.parse import quote
+
+    return quote(name, safe="")
+
+
+async def delete_document(request: Request) -> Response:
+    user, c = await current_user(request), ctx(request)
+    index, doc = await in_thread(
+        _load_document, c, user.id, path_id(request), path_id(request, "document_id")
+    )
+    try:
+        await c.worker.delete_document(index.worker_name, doc.dataset, doc.filename)
+    except ApiError as exc:
+        if exc.status != 404:  # already gone from the worker: still drop our record
+            raise
+
+    def remove() -> None:
+        with c.db.session() as s:
+            s.exec(delete(IndexDocument).where(col(IndexDocument.id) == doc.id))
+            current = s.get(Index, index.id)
+            refresh_counts(s, current, None if current.status == "building" else "auto")
+            s.commit()
+
+    await in_thread(remove)
+    return Response(status_code=204)
+
+
+async def list_datasets(request: Request) -> JSONResponse:
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+
+    def load() -> list[str]:
+        with c.db.session() as s:
+            return datasets_of(s, owned_index(s, user.id, index_id).id)
+
+    return JSONResponse(await in_thread(load))
+
+
+async def sync_documents(c: Context, index_id: int, failed: bool = False) -> None:
+    """After a build: make the gateway's document rows match the worker's table, and set the status."""
+
+    def name() -> str | None:
+        with c.db.session() as s:
+            index = s.get(Index, index_id)
+            return index.worker_name if index else None
+
+    worker_name = await in_thread(name)
+    if worker_name is None:
+        return
+    try:
+        listed: list[dict] | None = await c.worker.get_documents(worker_name)
+    except ApiError as exc:
+        log.warning("could not list the documents of index %s: %s", index_id, exc.message)
+        listed = None
+
+    def store() -> None:
+        with c.db.session() as s:
+            index = s.get(Index, index_id)
+            if index is None:
+                return
+            if listed is not None:
+                existing = {
+                    (d.dataset, d.filename): d
+                    for d in s.exec(select(IndexDocument).where(IndexDocument.index_id == index_id))
+                }
+                seen = set()
+                for item in listed:
+                    key = (str(item.get("dataset") or "default"), str(item.get("filename") or ""))
+                    if not key[1]:
+                        continue
+                    seen.add(key)
+                    doc = existing.get(key) or IndexDocument(
+                        index_id=index_id, dataset=key[0], filename=key[1]
+                    )
+                    doc.document_id = str(item.get("document_id") or doc.document_id)
+                    doc.chunks = int(item.get("chunks") or 0)
+                    doc.bytes = int(item.get("bytes") or doc.bytes)
+                    s.add(doc)
+                for key, doc in existing.items():
+                    if key not in seen:
+                        s.delete(doc)
+                s.flush()
+            refresh_counts(s, index, "failed" if failed else "auto")
+            s.commit()
+
+    await in_thread(store)
+
+
+async def build_index(request: Request) -> Response:
+    """Relay the worker's /index progress. The worker holds the per-index lock (409 while busy)."""
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+    body = await read_json(request, BuildRequest)
+
+    def start() -> Index:
+        with c.db.session() as s:
+            index = owned_index(s, user.id, index_id)
+            index.status = "building"
+            s.add(index)
+            s.commit()
+            return index
+
+    index = await in_thread(start)
+    events = c.worker.events("/index", {"index": index.worker_name, "rebuild": body.rebuild})
+    try:
+        frames = await events.__aenter__()
+    except BaseException:
+        await sync_documents(c, index.id)
+        raise
+
+    async def relay() -> AsyncIterator[str]:
+        succeeded = False
+        try:
+            async for f in frames:
+                succeeded = succeeded or f.event == "done"
+                yield f.raw
+        except (ApiError, httpx.HTTPError) as exc:
+            message = (
+                exc.message
+                if isinstance(exc, ApiError)
+                else f"the worker stream broke ({type(exc).__name__})"
+            )
+            yield frame("error", {"error": message, "code": "worker_unavailable"})
+        finally:
+            await events.__aexit__(None, None, None)
+            # Also when the browser left mid-build: the rows and the status must match the worker's table.
+            task = asyncio.create_task(sync_documents(c, index.id, failed=not succeeded))
+            c.running.add(task)
+            task.add_done_callback(c.running.discard)
+
+    return StreamingResponse(relay(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+routes = [
+    Route("/api/indexes", list_indexes, methods=["GET"]),
+    Route("/api/indexes", create_index, methods=["POST"]),
+    Route("/api/indexes/{id:int}", get_index, methods=["GET"]),
+    Route("/api/indexes/{id:int}", update_index, methods=["PATCH"]),
+    Route("/api/indexes/{id:int}", delete_index, methods=["DELETE"]),
+    Route("/api/indexes/{id:int}/datasets", list_datasets, methods=["GET"]),
+    Route("/api/indexes/{id:int}/build", build_index, methods=["POST"]),
+    Route("/api/indexes/{id:int}/documents/{document_id:int}/download", download_document, methods=["GET"]),
+    Route("/api/indexes/{id:int}/documents/{document_id:int}", delete_document, methods=["DELETE"]),
+]
+
+
+def upload_route(max_upload_bytes: int) -> Route:
+    # Multipart framing adds a little to the file: allow for it, then check the file itself exactly.
+    return Route(
+        "/api/indexes/{id:int}/documents",
+        upload_document,
+        methods=["POST"],
+        max_body_size=max_upload_bytes + 64 * 1024,
+    )

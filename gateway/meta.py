@@ -1,0 +1,93 @@
+"""Turn defaults (admin) and health."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .context import admin_user, ctx, current_user, in_thread, read_json
+from .db import SettingRow, utcnow
+from .errors import ApiError
+from .schemas import SettingsUpdate
+from .turns import TURN_OPTIONS_KEY
+
+
+async def get_settings(request: Request) -> JSONResponse:
+    await current_user(request)
+    c = ctx(request)
+
+    def load() -> dict:
+        with c.db.session() as s:
+            row = s.get(SettingRow, TURN_OPTIONS_KEY)
+            return dict(row.value) if row else {}
+
+    options = await in_thread(load)
+    try:
+        worker_defaults = await c.worker.config()
+    except ApiError:
+        worker_defaults = None
+    return JSONResponse({"options": options, "worker_defaults": worker_defaults})
+
+
+async def put_settings(request: Request) -> JSONResponse:
+    await admin_user(request)
+    c = ctx(request)
+    body = await read_json(request, SettingsUpdate)
+    options = body.options.as_options()
+
+    def store() -> None:
+        with c.db.session() as s:
+            row = s.get(SettingRow, TURN_OPTIONS_KEY) or SettingRow(key=TURN_OPTIONS_KEY)
+            row.value = options
+            row.updated_at = utcnow()
+            s.add(row)
+            s.commit()
+
+    await in_thread(store)
+    return JSONResponse({"options": options})
+
+
+def _llm_state(worker_health: dict) -> str:
+    """The worker's view of its LLM (Ollama or the embedded model): "ok" or "down"."""
+    llm = worker_health.get("llm")
+    if isinstance(llm, dict):
+        if "ok" in llm:
+            return "ok" if llm["ok"] else "down"
+        status = str(llm.get("status", "")).lower()
+        return "ok" if status in ("ok", "up", "ready", "available") else "down"
+    if isinstance(llm, str):
+        return "ok" if llm.lower() in ("ok", "up", "ready") else "down"
+    return "unknown"
+
+
+async def health(request: Request) -> JSONResponse:
+    c = ctx(request)
+    report: dict = {"status": "ok", "database": "ok", "worker": "ok", "ollama": "unknown"}
+    try:
+        await in_thread(c.db.ping)
+    except Exception as exc:
+        report["database"] = "down"
+        report["database_error"] = type(exc).__name__
+    try:
+        code, body = await c.worker.health()
+        report["ollama"] = _llm_state(body)
+        report["worker_status"] = body.get("status")
+        if code >= 500 and report["ollama"] == "ok":
+            report["worker"] = "degraded"  # up, but something other than the LLM is failing
+    except ApiError as exc:
+        report["worker"] = "down"
+        report["worker_error"] = exc.message
+    down = [part for part in ("database", "worker", "ollama") if report[part] in ("down", "degraded")]
+    if down:
+        report["status"] = "down"
+        report["down"] = down
+        report["error"] = "not working: " + ", ".join(down)
+    return JSONResponse(report, status_code=503 if down else 200)
+
+
+routes = [
+    Route("/api/settings", get_settings, methods=["GET"]),
+    Route("/api/settings", put_settings, methods=["PUT"]),
+    Route("/health", health, methods=["GET"]),
+]

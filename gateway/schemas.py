@@ -1,0 +1,119 @@
+"""Request bodies, validated once at the door into typed objects (a bad one is a 400 naming the field)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class Body(BaseModel):
+    # Unknown fields are ignored (like the worker); wrong types are a 400.
+    model_config = ConfigDict(extra="ignore", str_strip_whitespace=False)
+
+
+class Credentials(Body):
+    username: str = Field(min_length=3, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class Registration(Credentials):
+    password: str = Field(min_length=8, max_length=1024)
+
+
+def _dataset_names(values: list[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    for value in values:
+        if not NAME_RE.fullmatch(value):
+            raise ValueError(f"dataset {value!r} must be 1 to 64 letters, digits, '_' or '-'")
+    return list(dict.fromkeys(values))
+
+
+class ChatCreate(Body):
+    title: str | None = Field(default=None, max_length=200)
+    index_ids: list[int] = Field(default_factory=list, max_length=50)
+    datasets: list[str] = Field(default_factory=list, max_length=100)
+
+    _check_datasets = field_validator("datasets")(_dataset_names)
+
+
+class ChatUpdate(Body):
+    title: str | None = Field(default=None, max_length=200)
+    index_ids: list[int] | None = Field(default=None, max_length=50)
+    datasets: list[str] | None = Field(default=None, max_length=100)
+
+    _check_datasets = field_validator("datasets")(_dataset_names)
+
+
+class TurnOptions(BaseModel):
+    """Per-turn switches sent to the worker; the known ones are typed, others pass through to it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    rewrite: bool | None = None
+    hyde: bool | None = None
+    rerank: bool | None = None
+    top_k: int | None = Field(default=None, ge=1, le=50)
+    provenance: Literal["rerank", "similarity", "none"] | None = None
+    model: str | None = Field(default=None, max_length=200)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    prompts: dict[str, str] | None = None
+
+    def as_options(self) -> dict[str, Any]:
+        """Only what was set: unset switches leave the worker's defaults in force."""
+        data = self.model_dump(exclude_none=True)
+        data.pop("route", None)  # the gate decides the route, not the options
+        return data
+
+
+class TurnRequest(Body):
+    message: str = Field(min_length=1)
+    datasets: list[str] | None = Field(default=None, max_length=100)
+    force_rag: bool = False
+    options: TurnOptions | None = None
+
+    _check_datasets = field_validator("datasets")(_dataset_names)
+
+    @field_validator("message")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the message is empty")
+        return value
+
+
+def _index_name(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        raise ValueError("the name is empty")
+    if any(ord(ch) < 32 for ch in value):
+        raise ValueError("the name contains control characters")
+    return value
+
+
+class IndexCreate(Body):
+    name: str = Field(min_length=1, max_length=100)
+    description: str = Field(default="", max_length=2000)
+
+    _check_name = field_validator("name")(_index_name)
+
+
+class IndexUpdate(Body):
+    name: str | None = Field(default=None, min_length=1, max_length=100)
+    description: str | None = Field(default=None, max_length=2000)
+
+    _check_name = field_validator("name")(_index_name)
+
+
+class BuildRequest(Body):
+    rebuild: bool = False
+
+
+class SettingsUpdate(Body):
+    options: TurnOptions

@@ -1,0 +1,82 @@
+"""Gateway settings, read once from the environment (or passed in by tests and tools)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=None, extra="ignore", populate_by_name=True)
+
+    index_store: Path = Field(default=Path("./index_store"), alias="INDEX_STORE")
+    # Empty means SQLite in INDEX_STORE/gateway.db; production sets postgresql+psycopg://...
+    database_url: str = Field(default="", alias="DATABASE_URL")
+
+    worker_url: str = Field(default="http://127.0.0.1:8001", alias="WORKER_URL")
+    worker_api_key: SecretStr | None = Field(default=None, alias="WORKER_API_KEY")
+    # The worker sends a keepalive at least every 15 s, so a longer silence means it is stuck.
+    worker_read_timeout_s: float = Field(default=120.0, alias="WORKER_READ_TIMEOUT_S")
+    # Indexing an upload runs the embedder; on a small CPU that takes minutes.
+    worker_upload_timeout_s: float = Field(default=900.0, alias="WORKER_UPLOAD_TIMEOUT_S")
+    worker_max_connections: int = Field(default=500, alias="WORKER_MAX_CONNECTIONS")
+    title_timeout_s: float = Field(default=30.0, alias="TITLE_TIMEOUT_S")
+
+    jwt_secret: SecretStr | None = Field(default=None, alias="JWT_SECRET")
+    jwt_ttl_s: int = Field(default=24 * 3600, alias="JWT_TTL", gt=0)
+    allow_registration: bool = Field(default=True, alias="ALLOW_REGISTRATION")
+
+    uploads_dir: Path = Field(default=Path("./shared_uploads"), alias="UPLOADS_DIR")
+    max_upload_bytes: int = Field(default=50 * 1024 * 1024, alias="MAX_UPLOAD_BYTES", gt=0)
+    max_json_bytes: int = Field(default=1024 * 1024, alias="MAX_JSON_BYTES", gt=0)
+
+    # Failed logins: the first few are free, then each answer is delayed (doubling), then refused for a while.
+    login_free_attempts: int = Field(default=5, alias="LOGIN_FREE_ATTEMPTS")
+    login_base_delay_s: float = Field(default=0.5, alias="LOGIN_BASE_DELAY_S")
+    login_max_delay_s: float = Field(default=5.0, alias="LOGIN_MAX_DELAY_S")
+    login_lock_attempts: int = Field(default=20, alias="LOGIN_LOCK_ATTEMPTS")
+    login_window_s: float = Field(default=900.0, alias="LOGIN_WINDOW_S")
+
+    # What the gateway sends as history: the worker refuses more than this (WORKER_API.md limits).
+    max_history_messages: int = Field(default=200, alias="MAX_HISTORY_MESSAGES")
+    max_history_chars: int = Field(default=200_000, alias="MAX_HISTORY_CHARS")
+    max_message_chars: int = Field(default=8000, alias="MAX_MESSAGE_CHARS")
+    # A turn lock older than this is treated as left behind by a crashed process.
+    turn_lock_stale_s: float = Field(default=900.0, alias="TURN_LOCK_STALE_S")
+    keepalive_s: float = Field(default=15.0, alias="SSE_KEEPALIVE_S")
+
+    web_dir: Path = Field(default=REPO_ROOT / "web", alias="WEB_DIR")
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.index_store / 'gateway.db').resolve()}"
+
+    def resolved_jwt_secret(self) -> str:
+        """JWT_SECRET, or one created once in the data folder and reused, so restarts keep sessions valid."""
+        if self.jwt_secret is not None and self.jwt_secret.get_secret_value():
+            return self.jwt_secret.get_secret_value()
+        path = self.index_store / "gateway_jwt_secret"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # O_EXCL: when several gateway processes start at once, exactly one writes the secret.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            # Another process may have created it a moment ago and not written it yet.
+            for _ in range(50):
+                secret = path.read_text().strip()
+                if secret:
+                    return secret
+                time.sleep(0.02)
+            raise RuntimeError(f"{path} is empty: delete it or set JWT_SECRET") from None
+        secret = secrets.token_urlsafe(48)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secret)
+        return secret
