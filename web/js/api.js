@@ -1,0 +1,189 @@
+// The gateway's REST API (GATEWAY_API.md): the one place that knows URLs, the token and error shapes.
+
+const TOKEN_KEY = "rag-chat-token";
+const USER_KEY = "rag-chat-user";
+
+/** An error answer from the gateway, `{"error", "code", "field"?}`, or a network failure (status 0). */
+export class ApiError extends Error {
+  constructor(status, message, code = "", field = null) {
+    super(message);
+    this.name = "ApiError";
+    this.status = status;
+    this.code = code;
+    this.field = field;
+  }
+}
+
+// The session lives in sessionStorage: it ends with the tab, and other tabs sign in on their own.
+export const session = {
+  get token() {
+    return sessionStorage.getItem(TOKEN_KEY);
+  },
+  get user() {
+    try {
+      return JSON.parse(sessionStorage.getItem(USER_KEY) || "null");
+    } catch {
+      return null;
+    }
+  },
+  save(token, user) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    sessionStorage.setItem(USER_KEY, JSON.stringify(user));
+  },
+  setUser(user) {
+    sessionStorage.setItem(USER_KEY, JSON.stringify(user));
+  },
+  clear() {
+    sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(USER_KEY);
+  },
+};
+
+let onUnauthorized = () => {};
+
+/** Called with no argument whenever the gateway answers 401 to a signed-in request. */
+export function setUnauthorizedHandler(handler) {
+  onUnauthorized = handler;
+}
+
+function authHeaders(extra = {}) {
+  const headers = { ...extra };
+  if (session.token) headers.Authorization = `Bearer ${session.token}`;
+  return headers;
+}
+
+async function errorFrom(response) {
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    /* not JSON: a proxy page or an empty body */
+  }
+  const message = body?.error || `${response.status} ${response.statusText || "error"}`.trim();
+  return new ApiError(response.status, message, body?.code || "", body?.field ?? null);
+}
+
+function checkUnauthorized(status, hadToken) {
+  // A 401 on login itself means a wrong password, not an ended session.
+  if (status === 401 && hadToken) {
+    session.clear();
+    onUnauthorized();
+  }
+}
+
+/** fetch() with the token; resolves to the raw Response when ok, throws ApiError otherwise. */
+export async function send(method, path, { json, body, headers = {}, signal } = {}) {
+  const hadToken = Boolean(session.token);
+  const init = { method, headers: authHeaders(headers), signal };
+  if (json !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(json);
+  } else if (body !== undefined) {
+    init.body = body;
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new ApiError(0, "The server cannot be reached. Check your connection and try again.", "network");
+  }
+  if (!response.ok) {
+    checkUnauthorized(response.status, hadToken);
+    throw await errorFrom(response);
+  }
+  return response;
+}
+
+async function call(method, path, json) {
+  const response = await send(method, path, { json });
+  if (response.status === 204) return null;
+  const text = await response.text();
+  return text ? JSON.parse(text) : null;
+}
+
+// Lists may come bare or wrapped ({"chats": [...]}); accept both so a wrapper change is not a blank page.
+function list(value, key) {
+  if (Array.isArray(value)) return value;
+  if (value && Array.isArray(value[key])) return value[key];
+  return [];
+}
+
+export const api = {
+  register: (username, password) => call("POST", "/api/auth/register", { username, password }),
+  login: (username, password) => call("POST", "/api/auth/login", { username, password }),
+  me: () => call("GET", "/api/auth/me"),
+
+  listChats: async () => list(await call("GET", "/api/chats"), "chats"),
+  createChat: (fields = {}) => call("POST", "/api/chats", fields),
+  getChat: (id) => call("GET", `/api/chats/${encodeURIComponent(id)}`),
+  updateChat: (id, fields) => call("PATCH", `/api/chats/${encodeURIComponent(id)}`, fields),
+  deleteChat: (id) => call("DELETE", `/api/chats/${encodeURIComponent(id)}`),
+  /** Starts a streamed turn; the caller reads the SSE body (sse.js) and may abort with `signal`. */
+  streamTurn: (id, body, signal) =>
+    send("POST", `/api/chats/${encodeURIComponent(id)}/messages/stream`, {
+      json: body,
+      headers: { Accept: "text/event-stream" },
+      signal,
+    }),
+
+  listIndexes: async () => list(await call("GET", "/api/indexes"), "indexes"),
+  createIndex: (name, description) => call("POST", "/api/indexes", { name, description }),
+  getIndex: (id) => call("GET", `/api/indexes/${encodeURIComponent(id)}`),
+  deleteIndex: (id) => call("DELETE", `/api/indexes/${encodeURIComponent(id)}`),
+  listDatasets: async (id) =>
+    list(await call("GET", `/api/indexes/${encodeURIComponent(id)}/datasets`), "datasets"),
+  deleteDocument: (indexId, documentId) =>
+    call(
+      "DELETE",
+      `/api/indexes/${encodeURIComponent(indexId)}/documents/${encodeURIComponent(documentId)}`,
+    ),
+  downloadDocument: (indexId, documentId) =>
+    send(
+      "GET",
+      `/api/indexes/${encodeURIComponent(indexId)}/documents/${encodeURIComponent(documentId)}/download`,
+    ),
+
+  getSettings: () => call("GET", "/api/settings"),
+  putSettings: (settings) => call("PUT", "/api/settings", settings),
+};
+
+/**
+ * Uploads one file with XMLHttpRequest, because fetch() reports no upload progress.
+ * `onProgress(fraction)` is called as bytes leave; resolves to the gateway's JSON answer.
+ */
+export function uploadDocument(indexId, file, dataset, onProgress) {
+  return new Promise((resolve, reject) => {
+    const hadToken = Boolean(session.token);
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", `/api/indexes/${encodeURIComponent(indexId)}/documents`);
+    if (session.token) xhr.setRequestHeader("Authorization", `Bearer ${session.token}`);
+    xhr.responseType = "text";
+    xhr.upload.addEventListener("progress", (event) => {
+      if (event.lengthComputable) onProgress(event.loaded / event.total);
+    });
+    xhr.upload.addEventListener("load", () => onProgress(1));
+    xhr.addEventListener("load", () => {
+      let body = null;
+      try {
+        body = xhr.responseText ? JSON.parse(xhr.responseText) : null;
+      } catch {
+        /* not JSON */
+      }
+      if (xhr.status >= 200 && xhr.status < 300) {
+        resolve(body);
+        return;
+      }
+      checkUnauthorized(xhr.status, hadToken);
+      const message = body?.error || `${xhr.status} ${xhr.statusText || "error"}`.trim();
+      reject(new ApiError(xhr.status, message, body?.code || "", body?.field ?? null));
+    });
+    xhr.addEventListener("error", () =>
+      reject(new ApiError(0, "The upload was cut off. Check your connection and try again.", "network")),
+    );
+    const form = new FormData();
+    form.append("dataset", dataset);
+    form.append("file", file, file.name);
+    xhr.send(form);
+  });
+}

@@ -1,0 +1,222 @@
+// Entry point: the session check, the hash router and the app shell (sidebar + main view).
+
+import { api, session, setUnauthorizedHandler } from "./api.js";
+import { h, icon, mount } from "./dom.js";
+import { navigate, onRoute, parseRoute } from "./router.js";
+import { currentTheme, toggleTheme } from "./theme.js";
+import { ChatList } from "./views/chatlist.js";
+import { ChatView } from "./views/chat.js";
+import { DocumentsView } from "./views/documents.js";
+import { renderLogin } from "./views/login.js";
+import { SettingsView } from "./views/settings.js";
+
+const app = document.getElementById("app");
+let shell = null;
+let currentView = null;
+let loginNotice = "";
+
+setUnauthorizedHandler(() => {
+  loginNotice = "Your session has ended. Please sign in again.";
+  currentView?.destroy?.();
+  currentView = null;
+  shell = null;
+  navigate("#/login");
+});
+
+function route() {
+  const { name, id } = parseRoute();
+  if (!session.token) {
+    if (name !== "login") {
+      navigate("#/login");
+      return;
+    }
+    showLogin();
+    return;
+  }
+  if (name === "login") {
+    navigate("#/chats");
+    return;
+  }
+  if (name === "settings" && !session.user?.is_admin) {
+    navigate("#/chats");
+    return;
+  }
+  ensureShell();
+  currentView?.destroy?.();
+  currentView = null;
+  shell.closeSidebar();
+  if (name === "documents") currentView = new DocumentsView(shell, id);
+  else if (name === "settings") currentView = new SettingsView(shell);
+  else currentView = new ChatView(shell, id);
+  shell.chatList.setActive(name === "chats" ? id : null);
+  shell.setActiveNav(name);
+  mount(shell.main, currentView.element);
+  currentView.start?.();
+}
+
+function showLogin() {
+  currentView?.destroy?.();
+  currentView = null;
+  shell = null;
+  document.title = "Sign in · RAG Chat";
+  const notice = loginNotice;
+  loginNotice = "";
+  mount(
+    app,
+    renderLogin({
+      notice,
+      onSignedIn: (user) => {
+        session.setUser(user);
+        navigate("#/chats");
+      },
+    }),
+  );
+}
+
+function themeButton() {
+  const button = h("button", {
+    class: "icon-button",
+    type: "button",
+    onclick: () => {
+      toggleTheme();
+      update();
+    },
+  });
+  const update = () => {
+    const dark = currentTheme() === "dark";
+    button.replaceChildren(icon(dark ? "sun" : "moon"));
+    button.setAttribute("aria-label", dark ? "Switch to light theme" : "Switch to dark theme");
+    button.title = button.getAttribute("aria-label");
+  };
+  update();
+  window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", update);
+  return button;
+}
+
+function ensureShell() {
+  if (shell) return;
+  const user = session.user || {};
+  const chatList = new ChatList({ onOpen: (id) => navigate(`#/chats/${encodeURIComponent(id)}`) });
+  const main = h("main", { id: "main", class: "main", tabindex: "-1" });
+  const sidebar = h("aside", { class: "sidebar", id: "sidebar", "aria-label": "Chats and navigation" });
+  const scrim = h("div", { class: "scrim", onclick: () => shellApi.closeSidebar() });
+  const navLink = (name, label, iconName) =>
+    h("a", { class: "nav-link", href: `#/${name}`, dataset: { nav: name } }, icon(iconName), h("span", { text: label }));
+
+  mount(
+    sidebar,
+    h(
+      "div",
+      { class: "sidebar-head" },
+      h("a", { class: "brand", href: "#/chats" }, h("span", { class: "brand-mark", "aria-hidden": "true", text: "◆" }), "RAG Chat"),
+      h(
+        "button",
+        { class: "icon-button only-narrow", type: "button", "aria-label": "Close menu", onclick: () => shellApi.closeSidebar() },
+        icon("close"),
+      ),
+    ),
+    h(
+      "a",
+      {
+        class: "button primary new-chat",
+        href: "#/chats",
+        onclick: (event) => {
+          event.preventDefault();
+          navigate("#/chats");
+        },
+      },
+      icon("plus"),
+      h("span", { text: "New chat" }),
+    ),
+    chatList.element,
+    h(
+      "nav",
+      { class: "sidebar-nav", "aria-label": "Sections" },
+      navLink("documents", "Documents", "files"),
+      user.is_admin ? navLink("settings", "Settings", "settings") : null,
+    ),
+    h(
+      "div",
+      { class: "sidebar-foot" },
+      h("span", { class: "avatar", "aria-hidden": "true", text: (user.username || "?").slice(0, 1).toUpperCase() }),
+      h("span", { class: "user-name", text: user.username || "" }),
+      themeButton(),
+      h(
+        "button",
+        {
+          class: "icon-button",
+          type: "button",
+          "aria-label": "Sign out",
+          title: "Sign out",
+          onclick: () => {
+            session.clear();
+            navigate("#/login");
+          },
+        },
+        icon("logout"),
+      ),
+    ),
+  );
+  mount(app, h("div", { class: "shell" }, sidebar, scrim, main));
+
+  const shellApi = {
+    main,
+    chatList,
+    openSidebar() {
+      sidebar.classList.add("open");
+      scrim.classList.add("open");
+      sidebar.querySelector("a, button")?.focus();
+    },
+    closeSidebar() {
+      sidebar.classList.remove("open");
+      scrim.classList.remove("open");
+    },
+    setActiveNav(name) {
+      for (const link of sidebar.querySelectorAll("[data-nav]")) {
+        if (link.dataset.nav === name) link.setAttribute("aria-current", "page");
+        else link.removeAttribute("aria-current");
+      }
+    },
+    /** The top bar each view shows: the menu button on phones, a title, and the view's own actions. */
+    header(title, ...actions) {
+      return h(
+        "header",
+        { class: "topbar" },
+        h(
+          "button",
+          { class: "icon-button only-narrow", type: "button", "aria-label": "Open menu", "aria-controls": "sidebar", onclick: () => shellApi.openSidebar() },
+          icon("menu"),
+        ),
+        title,
+        h("div", { class: "topbar-actions" }, ...actions),
+      );
+    },
+  };
+  sidebar.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") shellApi.closeSidebar();
+  });
+  shell = shellApi;
+  chatList.refresh();
+}
+
+// The skip link focuses the main region without changing the hash (which is the route).
+document.addEventListener("click", (event) => {
+  const skip = event.target.closest?.(".skip-link");
+  if (!skip) return;
+  event.preventDefault();
+  document.getElementById("main")?.focus();
+});
+
+async function start() {
+  onRoute(route);
+  if (session.token) {
+    try {
+      session.setUser(await api.me());
+    } catch {
+      // A 401 has already sent us to login; a network error leaves the cached user in place.
+    }
+  }
+  route();
+}
+
+start();

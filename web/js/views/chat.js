@@ -1,0 +1,344 @@
+// A chat: its messages, the composer, the stop button and the document scope. With no id it shows a
+// welcome screen and creates the chat on the first message.
+
+import { ApiError, api } from "../api.js";
+import { announce, h, icon, mount } from "../dom.js";
+import { replaceRoute } from "../router.js";
+import { readEvents } from "../sse.js";
+import { UNTITLED } from "./chatlist.js";
+import { pickScope, scopeLabel } from "./scope.js";
+import { AssistantMessage, renderUserMessage } from "./turn.js";
+
+export class ChatView {
+  constructor(shell, id) {
+    this.shell = shell;
+    this.id = id;
+    this.chat = null;
+    this.indexes = null;
+    this.controller = null;
+    this.destroyed = false;
+
+    this.title = h("h1", { class: "topbar-title", text: id ? "" : UNTITLED });
+    this.scopeButton = h(
+      "button",
+      { class: "chip-button", type: "button", hidden: true, onclick: () => this.editScope() },
+      icon("filter"),
+      h("span", { class: "scope-text", text: "" }),
+    );
+    this.messages = h("div", { class: "messages", role: "log", "aria-label": "Messages", "aria-live": "off" });
+    this.scroller = h("div", { class: "scroller" }, this.messages);
+    this.input = h("textarea", {
+      class: "composer-input",
+      id: "composer-input",
+      rows: 1,
+      placeholder: "Ask about your documents…",
+      "aria-label": "Message",
+      oninput: () => this.autosize(),
+      onkeydown: (event) => {
+        if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+          event.preventDefault();
+          this.submit();
+        }
+      },
+    });
+    this.forceRag = h("input", { type: "checkbox", id: "force-rag" });
+    this.sendButton = h("button", { class: "send-button", type: "submit", "aria-label": "Send", title: "Send (Enter)" }, icon("send"));
+    this.stopButton = h(
+      "button",
+      { class: "send-button stop", type: "button", hidden: true, "aria-label": "Stop answering", title: "Stop", onclick: () => this.stop() },
+      icon("stop"),
+    );
+    this.error = h("p", { class: "form-error composer-error", role: "alert", hidden: true });
+    const composer = h(
+      "form",
+      {
+        class: "composer",
+        onsubmit: (event) => {
+          event.preventDefault();
+          this.submit();
+        },
+      },
+      this.error,
+      h("div", { class: "composer-box" }, this.input, this.sendButton, this.stopButton),
+      h(
+        "div",
+        { class: "composer-foot" },
+        h("label", { class: "toggle", for: "force-rag" }, this.forceRag, h("span", { text: "Always search documents" })),
+        h("span", { class: "muted hint only-wide", text: "Enter to send · Shift+Enter for a new line" }),
+      ),
+    );
+    this.element = h(
+      "section",
+      { class: "chat-view", "aria-labelledby": "chat-title" },
+      shell.header(this.title, this.scopeButton),
+      this.scroller,
+      composer,
+    );
+    this.title.id = "chat-title";
+    this.onChatChanged = (event) => {
+      if (this.id && String(event.detail.id) === String(this.id)) this.reloadTitle();
+    };
+    document.addEventListener("chat-changed", this.onChatChanged);
+  }
+
+  async start() {
+    this.indexes = await api.listIndexes().catch(() => []);
+    if (this.destroyed) return;
+    if (!this.id) {
+      this.renderWelcome();
+      this.input.focus();
+      return;
+    }
+    try {
+      this.chat = await api.getChat(this.id);
+    } catch (err) {
+      if (err.status === 404) this.renderMissing();
+      else if (err.status !== 401) this.showError(err.message);
+      return;
+    }
+    if (this.destroyed) return;
+    this.renderChat();
+    this.input.focus();
+  }
+
+  destroy() {
+    this.destroyed = true;
+    document.removeEventListener("chat-changed", this.onChatChanged);
+    // Leaving mid-answer: the gateway finishes and stores the turn anyway; stop reading it here.
+    this.controller?.abort();
+  }
+
+  // ---- rendering ---------------------------------------------------------------------------------
+
+  renderWelcome() {
+    document.title = "New chat · RAG Chat";
+    const hasIndexes = this.indexes.length > 0;
+    mount(
+      this.messages,
+      h(
+        "div",
+        { class: "welcome" },
+        h("div", { class: "welcome-mark", "aria-hidden": "true", text: "◆" }),
+        h("h2", { text: "What would you like to know?" }),
+        hasIndexes
+          ? h("p", { class: "muted", text: "Answers cite the passages they come from. Click a citation to see its source." })
+          : h(
+              "p",
+              { class: "muted" },
+              "You have no documents yet. ",
+              h("a", { href: "#/documents", text: "Upload some" }),
+              " to ask questions about them, or just chat.",
+            ),
+      ),
+    );
+    this.updateScope();
+  }
+
+  renderMissing() {
+    this.title.textContent = "Chat not found";
+    mount(this.messages, h("div", { class: "welcome" }, h("h2", { text: "This chat does not exist" }), h("p", {}, h("a", { href: "#/chats", text: "Start a new chat" }))));
+  }
+
+  renderChat() {
+    this.setTitle(this.chat.title);
+    this.messages.replaceChildren();
+    const messages = this.chat.messages || [];
+    messages.forEach((message, i) => this.renderStored(message, messages[i - 1], messages[i + 1]));
+    this.updateScope();
+    requestAnimationFrame(() => this.scrollToEnd(true));
+  }
+
+  renderStored(message, previous, next) {
+    if (message.role === "user") {
+      this.messages.append(renderUserMessage(message.content || ""));
+      // A turn that failed before any token stores only the user message, with the error.
+      if (message.error && next?.role !== "assistant") {
+        const turn = new AssistantMessage();
+        if (message.gate) turn.addRoute(message.gate);
+        turn.fail({ error: message.error }, { quiet: true });
+        this.messages.append(turn.element);
+      }
+    } else if (message.role === "assistant") {
+      const turn = new AssistantMessage();
+      turn.load(message, previous?.role === "user" ? previous.content : null);
+      this.messages.append(turn.element);
+    }
+  }
+
+  setTitle(title) {
+    this.title.textContent = title || UNTITLED;
+    document.title = `${title || UNTITLED} · RAG Chat`;
+  }
+
+  async reloadTitle() {
+    try {
+      this.chat = { ...this.chat, ...(await api.getChat(this.id)) };
+      this.setTitle(this.chat.title);
+    } catch {
+      /* the list shows the new title either way */
+    }
+  }
+
+  chatIndexIds() {
+    if (this.chat) return this.chat.index_ids || [];
+    return (this.indexes || []).map((index) => index.id);
+  }
+
+  chatDatasets() {
+    return this.chat?.datasets || this.chat?.state?.datasets || [];
+  }
+
+  updateScope() {
+    this.scopeButton.hidden = false;
+    const label = scopeLabel(this.chatIndexIds(), this.chatDatasets(), this.indexes);
+    this.scopeButton.querySelector(".scope-text").textContent = label;
+    this.scopeButton.setAttribute("aria-label", `Documents searched: ${label}. Change`);
+  }
+
+  async editScope() {
+    const chosen = await pickScope({ indexIds: this.chatIndexIds(), datasets: this.chatDatasets() });
+    if (!chosen) return;
+    try {
+      this.indexes = await api.listIndexes();
+      if (this.id) {
+        const updated = await api.updateChat(this.id, chosen);
+        this.chat = { ...this.chat, ...updated, datasets: updated?.datasets ?? chosen.datasets };
+      } else {
+        // No chat yet: remember the choice and send it when the chat is created.
+        this.pendingScope = chosen;
+        this.chat = null;
+      }
+      this.updateScope();
+      announce(`Documents searched: ${this.scopeButton.textContent}`);
+    } catch (err) {
+      this.showError(err.message);
+    }
+  }
+
+  scrollToEnd(force = false) {
+    const { scrollTop, scrollHeight, clientHeight } = this.scroller;
+    // Follow the answer only if the reader has not scrolled up to read something else.
+    if (force || scrollHeight - scrollTop - clientHeight < 160) this.scroller.scrollTop = scrollHeight;
+  }
+
+  autosize() {
+    this.input.style.height = "auto";
+    this.input.style.height = `${Math.min(this.input.scrollHeight, 220)}px`;
+  }
+
+  showError(message) {
+    this.error.textContent = message;
+    this.error.hidden = !message;
+  }
+
+  setBusy(busy) {
+    this.sendButton.hidden = busy;
+    this.stopButton.hidden = !busy;
+    if (busy) this.stopButton.focus();
+    else if (document.activeElement === this.stopButton || document.activeElement === document.body) this.input.focus();
+  }
+
+  // ---- a turn ------------------------------------------------------------------------------------
+
+  async submit() {
+    const text = this.input.value.trim();
+    if (!text || this.controller) return;
+    this.showError("");
+    if (!this.id) {
+      try {
+        const scope = this.pendingScope || { index_ids: this.chatIndexIds() };
+        this.chat = await api.createChat(scope);
+        this.id = String(this.chat.id);
+        replaceRoute(`#/chats/${encodeURIComponent(this.id)}`);
+        this.shell.chatList.setActive(this.id);
+        this.messages.replaceChildren();
+      } catch (err) {
+        if (err.status !== 401) this.showError(err.message);
+        return;
+      }
+    }
+    this.input.value = "";
+    this.autosize();
+    await this.runTurn(text);
+  }
+
+  stop() {
+    this.stopped = true;
+    this.controller?.abort();
+  }
+
+  async runTurn(text) {
+    this.messages.append(renderUserMessage(text));
+    const turn = new AssistantMessage();
+    this.messages.append(turn.element);
+    this.scrollToEnd(true);
+    this.controller = new AbortController();
+    this.stopped = false;
+    this.setBusy(true);
+    let finished = false;
+    try {
+      const body = { message: text };
+      if (this.forceRag.checked) body.force_rag = true;
+      const response = await api.streamTurn(this.id, body, this.controller.signal);
+      for await (const { event, data } of readEvents(response)) {
+        if (this.destroyed) break;
+        finished = this.handleEvent(turn, event, data) || finished;
+        this.scrollToEnd();
+      }
+      if (!finished && !this.destroyed) turn.interrupt(this.stopped);
+    } catch (err) {
+      if (this.destroyed) return;
+      if (err.name === "AbortError") turn.interrupt(this.stopped);
+      else if (err instanceof ApiError) {
+        if (err.status === 401) return;
+        turn.fail({ error: err.message });
+      } else turn.interrupt(false);
+    } finally {
+      this.controller = null;
+      if (!this.destroyed) {
+        this.setBusy(false);
+        this.scrollToEnd();
+        this.afterTurn();
+      }
+    }
+  }
+
+  /** Applies one stream event; true once the turn has ended (done or error). */
+  handleEvent(turn, event, data) {
+    switch (event) {
+      case "route":
+        turn.addRoute(data);
+        return false;
+      case "step":
+        turn.addStep(data);
+        return false;
+      case "documents":
+        turn.setDocuments(data.documents);
+        return false;
+      case "token":
+        turn.appendToken(data.token ?? "");
+        return false;
+      case "done":
+        turn.finish(data);
+        return true;
+      case "error":
+        turn.fail(data);
+        return true;
+      case "title":
+        if (data.title) this.setTitle(data.title);
+        return false;
+      default:
+        return false; // "saved" and any future event need nothing on screen
+    }
+  }
+
+  /** The first turn gives the chat a title; the list re-sorts by the new activity. */
+  async afterTurn() {
+    await this.shell.chatList.refresh();
+    const listed = this.shell.chatList.get(this.id);
+    if (listed) {
+      this.chat = { ...this.chat, title: listed.title };
+      this.setTitle(listed.title);
+    }
+  }
+}

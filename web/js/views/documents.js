@@ -1,0 +1,444 @@
+// Indexes and their documents: create an index, upload files into a dataset (drag and drop, several at
+// once, per-file progress, the gateway's reason when a file is refused), list, download, delete.
+
+import { api, uploadDocument } from "../api.js";
+import { confirmDialog } from "../dialogs.js";
+import { announce, formatBytes, h, icon, mount, relativeTime } from "../dom.js";
+import { navigate } from "../router.js";
+
+const PARALLEL_UPLOADS = 2; // indexing is CPU-heavy on the worker; two at a time keeps the queue moving
+
+export class DocumentsView {
+  constructor(shell, indexId) {
+    this.shell = shell;
+    this.indexId = indexId;
+    this.indexes = [];
+    this.index = null;
+    this.queue = [];
+    this.active = 0;
+    this.destroyed = false;
+    this.indexList = h("ul", { class: "index-list", role: "list" });
+    this.detail = h("div", { class: "index-detail" });
+    this.element = h(
+      "section",
+      { class: "page documents-view", "aria-labelledby": "documents-title" },
+      shell.header(h("h1", { class: "topbar-title", id: "documents-title", text: "Documents" })),
+      h(
+        "div",
+        { class: "page-body two-pane" },
+        h(
+          "div",
+          { class: "pane-side" },
+          h("h2", { class: "pane-title", text: "Indexes" }),
+          this.indexList,
+          this.renderCreateForm(),
+        ),
+        this.detail,
+      ),
+    );
+  }
+
+  async start() {
+    document.title = "Documents · RAG Chat";
+    await this.loadIndexes();
+  }
+
+  destroy() {
+    this.destroyed = true;
+  }
+
+  async loadIndexes() {
+    try {
+      this.indexes = await api.listIndexes();
+    } catch (err) {
+      if (err.status !== 401) mount(this.detail, h("p", { class: "form-error", role: "alert", text: err.message }));
+      return;
+    }
+    if (this.destroyed) return;
+    if (!this.indexId && this.indexes.length) this.indexId = String(this.indexes[0].id);
+    this.renderIndexList();
+    if (this.indexId) await this.loadIndex();
+    else this.renderNoIndex();
+  }
+
+  renderIndexList() {
+    mount(
+      this.indexList,
+      this.indexes.length
+        ? this.indexes.map((index) =>
+            h(
+              "li",
+              {},
+              h(
+                "a",
+                {
+                  class: "index-link",
+                  href: `#/documents/${encodeURIComponent(index.id)}`,
+                  "aria-current": String(index.id) === String(this.indexId) ? "page" : false,
+                },
+                icon("database"),
+                h("span", { class: "index-name", text: index.name }),
+              ),
+            ),
+          )
+        : h("li", { class: "muted", text: "No indexes yet" }),
+    );
+  }
+
+  renderCreateForm() {
+    const name = h("input", {
+      class: "input",
+      id: "new-index-name",
+      name: "name",
+      required: true,
+      pattern: "[A-Za-z0-9_\\-]{1,64}",
+      placeholder: "e.g. handbook",
+      autocomplete: "off",
+      title: "Letters, digits, _ and -, up to 64",
+    });
+    const description = h("input", { class: "input", id: "new-index-description", name: "description", placeholder: "Optional", autocomplete: "off" });
+    const error = h("p", { class: "form-error", role: "alert", hidden: true });
+    return h(
+      "form",
+      {
+        class: "card create-index",
+        "aria-labelledby": "create-index-title",
+        onsubmit: async (event) => {
+          event.preventDefault();
+          error.hidden = true;
+          try {
+            const index = await api.createIndex(name.value.trim(), description.value.trim() || undefined);
+            name.value = "";
+            description.value = "";
+            announce(`Index ${index.name} created`);
+            navigate(`#/documents/${encodeURIComponent(index.id)}`);
+          } catch (err) {
+            error.textContent = err.message;
+            error.hidden = false;
+          }
+        },
+      },
+      h("h3", { id: "create-index-title", text: "New index" }),
+      h("label", { class: "field", for: "new-index-name" }, h("span", { text: "Name" }), name),
+      h("label", { class: "field", for: "new-index-description" }, h("span", { text: "Description" }), description),
+      error,
+      h("button", { class: "button primary block", type: "submit" }, icon("plus"), h("span", { text: "Create index" })),
+    );
+  }
+
+  renderNoIndex() {
+    mount(
+      this.detail,
+      h(
+        "div",
+        { class: "empty-state" },
+        icon("database"),
+        h("h2", { text: "Create your first index" }),
+        h("p", { class: "muted", text: "An index holds documents, grouped into datasets. Chats search the indexes you pick." }),
+      ),
+    );
+  }
+
+  async loadIndex() {
+    try {
+      this.index = await api.getIndex(this.indexId);
+    } catch (err) {
+      if (err.status === 404) mount(this.detail, h("p", { class: "muted", text: "This index does not exist." }));
+      else if (err.status !== 401) mount(this.detail, h("p", { class: "form-error", role: "alert", text: err.message }));
+      return;
+    }
+    if (this.destroyed) return;
+    this.renderIndex();
+  }
+
+  documents() {
+    // GET /api/indexes/{id} names the list `document_list` (`documents` is the count).
+    const list = this.index?.document_list ?? this.index?.documents;
+    return Array.isArray(list) ? list : [];
+  }
+
+  stats() {
+    const docs = this.documents();
+    const chunks = typeof this.index?.chunks === "number" ? this.index.chunks : docs.reduce((sum, doc) => sum + (doc.chunks || 0), 0);
+    const n = this.datasets().length;
+    return `${docs.length} document${docs.length === 1 ? "" : "s"} · ${chunks} chunks · ${n} dataset${n === 1 ? "" : "s"}`;
+  }
+
+  datasets() {
+    const names = new Set((this.index?.datasets || []).map((d) => (typeof d === "string" ? d : d.name)));
+    for (const doc of this.documents()) if (doc.dataset) names.add(doc.dataset);
+    return [...names].sort();
+  }
+
+  renderIndex() {
+    const index = this.index;
+    this.uploadList = h("ul", { class: "upload-list", role: "list", "aria-label": "Uploads" });
+    this.table = h("div", { class: "doc-table-wrap" });
+    mount(
+      this.detail,
+      h(
+        "div",
+        { class: "index-head" },
+        h(
+          "div",
+          {},
+          h("h2", { class: "index-title", text: index.name }),
+          index.description ? h("p", { class: "muted", text: index.description }) : null,
+          h("p", { class: "muted small index-stats", text: this.stats() }),
+        ),
+        h(
+          "button",
+          { class: "button ghost danger-text", type: "button", onclick: () => this.deleteIndex() },
+          icon("trash"),
+          h("span", { text: "Delete index" }),
+        ),
+      ),
+      this.renderUploader(),
+      this.uploadList,
+      this.table,
+    );
+    for (const item of this.queue) if (!item.done) this.uploadList.append(item.row);
+    this.renderTable();
+  }
+
+  renderUploader() {
+    const datalist = h("datalist", { id: "dataset-options" }, this.datasets().map((name) => h("option", { value: name })));
+    this.datasetInput = h("input", {
+      class: "input",
+      id: "upload-dataset",
+      name: "dataset",
+      value: this.datasetInput?.value || this.datasets()[0] || "default",
+      list: "dataset-options",
+      required: true,
+      pattern: "[A-Za-z0-9_\\-]{1,64}",
+      title: "Letters, digits, _ and -, up to 64",
+      autocomplete: "off",
+    });
+    const fileInput = h("input", {
+      type: "file",
+      multiple: true,
+      class: "visually-hidden",
+      id: "upload-files",
+      onchange: () => {
+        this.enqueue([...fileInput.files]);
+        fileInput.value = "";
+      },
+    });
+    const zone = h(
+      "div",
+      { class: "dropzone", "aria-describedby": "dropzone-hint" },
+      icon("upload"),
+      h("p", {}, h("strong", { text: "Drop files here" }), " or ", h("label", { class: "link-button", for: "upload-files", tabindex: "0", role: "button", text: "choose files", onkeydown: (event) => {
+        if (event.key === "Enter" || event.key === " ") {
+          event.preventDefault();
+          fileInput.click();
+        }
+      } })),
+      h("p", { class: "muted small", id: "dropzone-hint", text: "PDF, Word, HTML, Markdown, text, CSV… several at once." }),
+      fileInput,
+    );
+    const over = (on) => (event) => {
+      event.preventDefault();
+      zone.classList.toggle("dragover", on);
+    };
+    zone.addEventListener("dragenter", over(true));
+    zone.addEventListener("dragover", over(true));
+    zone.addEventListener("dragleave", over(false));
+    zone.addEventListener("drop", (event) => {
+      over(false)(event);
+      this.enqueue([...(event.dataTransfer?.files || [])]);
+    });
+    return h(
+      "div",
+      { class: "card uploader" },
+      h("label", { class: "field inline", for: "upload-dataset" }, h("span", { text: "Upload into dataset" }), this.datasetInput, datalist),
+      zone,
+    );
+  }
+
+  enqueue(files) {
+    if (!files.length) return;
+    if (!this.datasetInput.reportValidity()) return;
+    const dataset = this.datasetInput.value.trim();
+    const indexId = this.indexId;
+    for (const file of files) {
+      const bar = h("progress", { max: 100, value: 0, "aria-label": `Upload of ${file.name}` });
+      const status = h("span", { class: "upload-status", text: "Waiting…" });
+      const row = h(
+        "li",
+        { class: "upload-item", dataset: { file: file.name } },
+        h("span", { class: "upload-name", text: file.name }),
+        h("span", { class: "muted small", text: `${formatBytes(file.size)} → ${dataset}` }),
+        bar,
+        status,
+      );
+      const item = { file, dataset, indexId, bar, status, row, done: false };
+      this.queue.push(item);
+      this.uploadList.append(row);
+    }
+    announce(`${files.length} file${files.length > 1 ? "s" : ""} queued for upload`);
+    this.pump();
+  }
+
+  pump() {
+    while (this.active < PARALLEL_UPLOADS) {
+      const item = this.queue.find((i) => !i.started);
+      if (!item) return;
+      item.started = true;
+      this.active += 1;
+      this.upload(item).finally(() => {
+        this.active -= 1;
+        this.pump();
+      });
+    }
+  }
+
+  async upload(item) {
+    item.status.textContent = "Uploading…";
+    try {
+      const answer = await uploadDocument(item.indexId, item.file, item.dataset, (fraction) => {
+        item.bar.value = Math.round(fraction * 100);
+        item.status.textContent = fraction < 1 ? `Uploading ${Math.round(fraction * 100)}%` : "Indexing…";
+      });
+      item.bar.value = 100;
+      const chunks = answer?.chunks ?? answer?.document?.chunks;
+      item.status.textContent = typeof chunks === "number" ? `Indexed · ${chunks} chunks` : "Indexed";
+      item.row.classList.add("ok");
+      announce(`${item.file.name} uploaded`);
+    } catch (err) {
+      item.row.classList.add("failed");
+      item.bar.hidden = true;
+      item.status.replaceChildren(icon("alert"), h("span", { text: err.message }));
+      item.status.setAttribute("role", "alert");
+      announce(`${item.file.name} was refused: ${err.message}`);
+    }
+    item.done = true;
+    if (!this.destroyed && item.indexId === this.indexId) await this.refreshDocuments();
+  }
+
+  async refreshDocuments() {
+    try {
+      this.index = await api.getIndex(this.indexId);
+    } catch {
+      return;
+    }
+    if (this.destroyed) return;
+    this.renderTable();
+    const stats = this.detail.querySelector(".index-stats");
+    if (stats) stats.textContent = this.stats();
+    const datalist = this.detail.querySelector("#dataset-options");
+    datalist?.replaceChildren(...this.datasets().map((name) => h("option", { value: name })));
+  }
+
+  renderTable() {
+    const docs = [...this.documents()].sort(
+      (a, b) => String(a.dataset).localeCompare(String(b.dataset)) || String(a.filename).localeCompare(String(b.filename)),
+    );
+    if (!docs.length) {
+      mount(this.table, h("p", { class: "muted empty-table", text: "No documents in this index yet." }));
+      return;
+    }
+    mount(
+      this.table,
+      h(
+        "table",
+        { class: "doc-table" },
+        h("caption", { class: "visually-hidden", text: `Documents in ${this.index.name}` }),
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            h("th", { scope: "col", text: "File" }),
+            h("th", { scope: "col", text: "Dataset" }),
+            h("th", { scope: "col", class: "num", text: "Chunks" }),
+            h("th", { scope: "col", class: "num hide-narrow", text: "Size" }),
+            h("th", { scope: "col", class: "hide-narrow", text: "Indexed" }),
+            h("th", { scope: "col", class: "visually-hidden-th" }, h("span", { class: "visually-hidden", text: "Actions" })),
+          ),
+        ),
+        h("tbody", {}, docs.map((doc) => this.renderRow(doc))),
+      ),
+    );
+  }
+
+  renderRow(doc) {
+    return h(
+      "tr",
+      { dataset: { filename: doc.filename, dataset: doc.dataset || "" } },
+      h("td", { class: "file-cell" }, h("span", { class: "file-name", text: doc.filename })),
+      h("td", {}, h("span", { class: "tag", text: doc.dataset || "" })),
+      h("td", { class: "num", text: doc.chunks ?? "" }),
+      h("td", { class: "num hide-narrow", text: formatBytes(doc.bytes) }),
+      h("td", { class: "hide-narrow muted", text: relativeTime(doc.indexed_at || doc.created_at) }),
+      h(
+        "td",
+        { class: "row-actions" },
+        h(
+          "button",
+          { class: "icon-button small", type: "button", "aria-label": `Download ${doc.filename}`, title: "Download", onclick: () => this.download(doc) },
+          icon("download"),
+        ),
+        h(
+          "button",
+          { class: "icon-button small", type: "button", "aria-label": `Delete ${doc.filename}`, title: "Delete", onclick: () => this.deleteDocument(doc) },
+          icon("trash"),
+        ),
+      ),
+    );
+  }
+
+  async download(doc) {
+    try {
+      // The download needs the bearer token, so it goes through fetch and a temporary object URL.
+      const response = await api.downloadDocument(this.indexId, documentId(doc));
+      const url = URL.createObjectURL(await response.blob());
+      const link = h("a", { href: url, download: doc.filename, hidden: true });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    } catch (err) {
+      if (err.status !== 401) announce(`Download failed: ${err.message}`);
+    }
+  }
+
+  async deleteDocument(doc) {
+    const ok = await confirmDialog({
+      title: `Delete ${doc.filename}?`,
+      message: "The file and its passages are removed from this index. Chats will no longer find it.",
+      confirm: "Delete",
+      danger: true,
+    });
+    if (!ok) return;
+    try {
+      await api.deleteDocument(this.indexId, documentId(doc));
+      announce(`${doc.filename} deleted`);
+    } catch (err) {
+      announce(`Could not delete: ${err.message}`);
+    }
+    await this.refreshDocuments();
+  }
+
+  async deleteIndex() {
+    const ok = await confirmDialog({
+      title: `Delete the index “${this.index.name}”?`,
+      message: "All its documents and passages are deleted. Chats that search it will no longer find them.",
+      confirm: "Delete index",
+      danger: true,
+    });
+    if (!ok) return;
+    try {
+      await api.deleteIndex(this.indexId);
+      announce(`Index ${this.index.name} deleted`);
+      navigate("#/documents");
+    } catch (err) {
+      announce(`Could not delete: ${err.message}`);
+    }
+  }
+}
+
+function documentId(doc) {
+  return doc.id ?? doc.document_id;
+}

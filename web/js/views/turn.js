@@ -1,0 +1,333 @@
+// One assistant message: the live step list, the document cards, the growing markdown answer, and its
+// end state (done, stopped, interrupted, failed). Used both for a live turn and for a stored one.
+
+import { announce, formatSeconds, h, icon } from "../dom.js";
+import { linkCitations, renderMarkdown } from "../markdown.js";
+
+let turnCounter = 0;
+
+const STEP_NAMES = {
+  fetch_check: "Checking earlier sources",
+  rewriting: "Rewriting the question",
+  triage: "Deciding how to answer",
+  hyde: "Drafting a search passage",
+  retrieving: "Searching documents",
+  reranking: "Ranking passages",
+  evaluating: "Checking relevance",
+  retrying: "Searching again",
+  expanding: "Adding context",
+  generating: "Writing the answer",
+  provenance: "Measuring source use",
+  verifying: "Checking citations",
+};
+
+const ROUTE_NAMES = { rag: "Search your documents", direct: "Answer directly" };
+
+/** The user's message: plain text, never markup. */
+export function renderUserMessage(text) {
+  return h(
+    "article",
+    { class: "message user", "aria-label": "You said" },
+    h("div", { class: "bubble" }, h("p", { class: "user-text", text })),
+  );
+}
+
+export class AssistantMessage {
+  constructor() {
+    this.key = `t${++turnCounter}`;
+    this.text = "";
+    this.documents = [];
+    this.steps = [];
+    this.state = "streaming";
+    this.renderScheduled = false;
+
+    this.stepList = h("ol", { class: "step-list" });
+    this.stepSummary = h("span", { class: "steps-summary-text", text: "Working…" });
+    this.stepsBox = h(
+      "details",
+      { class: "steps", open: true },
+      h("summary", {}, h("span", { class: "spinner", "aria-hidden": "true" }), this.stepSummary),
+      this.stepList,
+    );
+    this.rewritten = h("p", { class: "rewritten-notice", hidden: true });
+    this.cards = h("ol", { class: "doc-cards", role: "list" });
+    this.sources = h(
+      "section",
+      { class: "sources", hidden: true, "aria-label": "Sources" },
+      h("h3", { class: "sources-title", text: "Sources" }),
+      this.cards,
+    );
+    this.answer = h("div", { class: "answer markdown" });
+    this.status = h("p", { class: "turn-status", hidden: true });
+    this.meta = h("p", { class: "turn-meta muted", hidden: true });
+    this.element = h(
+      "article",
+      { class: "message assistant streaming", "aria-label": "Answer", "aria-busy": "true", dataset: { turn: this.key } },
+      h("div", { class: "bot-mark", "aria-hidden": "true", text: "◆" }),
+      h("div", { class: "message-body" }, this.stepsBox, this.rewritten, this.sources, this.answer, this.status, this.meta),
+    );
+    this.element.addEventListener("click", (event) => this.onCitationClick(event));
+  }
+
+  // ---- live events -------------------------------------------------------------------------------
+
+  addRoute({ route, reason }) {
+    const name = ROUTE_NAMES[route] || `Route: ${route}`;
+    this.pushStep({ step: "route", label: name, detail: reason || "", elapsed_ms: null, kind: "route" });
+  }
+
+  addStep({ step, label, elapsed_ms }) {
+    this.pushStep({ step, label: label || STEP_NAMES[step] || step, elapsed_ms, kind: "step" });
+  }
+
+  pushStep(step) {
+    const previous = this.steps.at(-1);
+    if (previous) this.closeStep(previous, step.elapsed_ms);
+    const time = h("span", { class: "step-time" });
+    const item = h(
+      "li",
+      { class: `step running ${step.kind}`, dataset: { step: step.step } },
+      h("span", { class: "step-icon", "aria-hidden": "true" }),
+      h(
+        "span",
+        { class: "step-text" },
+        h("span", { class: "step-label", text: step.label }),
+        step.detail ? h("span", { class: "step-detail", text: step.detail }) : null,
+      ),
+      time,
+    );
+    if (typeof step.elapsed_ms === "number") time.textContent = `at ${formatSeconds(step.elapsed_ms)}`;
+    this.steps.push({ ...step, item, time });
+    this.stepList.append(item);
+    if (this.state === "streaming") this.stepSummary.textContent = `${step.label}…`;
+  }
+
+  /** A step ends when the next starts (or the turn ends): show how long it took. */
+  closeStep(step, endMs) {
+    step.item.classList.remove("running");
+    step.item.classList.add("finished");
+    if (typeof step.elapsed_ms === "number" && typeof endMs === "number" && endMs >= step.elapsed_ms) {
+      step.time.textContent = formatSeconds(endMs - step.elapsed_ms);
+      step.time.title = `started at ${formatSeconds(step.elapsed_ms)}`;
+    }
+  }
+
+  setDocuments(documents) {
+    // Keep the documents already shown if a later event carries none (they stay valid for this turn).
+    if (!Array.isArray(documents) || (!documents.length && this.documents.length)) return;
+    this.documents = documents.map((doc, i) => ({ ...doc, ref: doc.ref || `S${i + 1}`, rank: i + 1 }));
+    this.renderCards();
+  }
+
+  appendToken(token) {
+    this.text += token;
+    if (this.renderScheduled) return;
+    this.renderScheduled = true;
+    // One render per frame however fast tokens come.
+    requestAnimationFrame(() => {
+      this.renderScheduled = false;
+      this.renderAnswer();
+    });
+  }
+
+  /** The `done` payload: the reply is authoritative, documents now carry provenance. */
+  finish(done) {
+    this.state = "done";
+    if (typeof done.reply === "string") this.text = done.reply;
+    if (Array.isArray(done.documents) && done.documents.length) this.setDocuments(done.documents);
+    this.renderAnswer();
+    this.showRewritten(done.question, done.rewritten);
+    this.endSteps(done.timings?.total_ms);
+    const parts = [];
+    if (done.model) parts.push(done.model);
+    if (typeof done.timings?.total_ms === "number") parts.push(formatSeconds(done.timings.total_ms));
+    if (done.abstained) parts.push("not enough evidence to answer");
+    this.showMeta(parts);
+    this.settle();
+    announce(`Answer: ${this.answer.textContent.slice(0, 400)}`);
+  }
+
+  /** The worker reported an error: keep what arrived, say what went wrong. */
+  fail(error, { quiet = false } = {}) {
+    const message = error?.error || "The answer could not be completed.";
+    this.state = this.text ? "interrupted" : "failed";
+    this.endSteps(null);
+    this.renderAnswer();
+    this.showStatus(this.text ? `Interrupted: ${message}` : message, "error");
+    this.settle();
+    if (!quiet) announce(this.text ? `The answer was interrupted: ${message}` : `Error: ${message}`);
+  }
+
+  /** The stream ended without `done` or `error` (connection lost), or the user pressed stop. */
+  interrupt(stopped, { quiet = false, reason = "" } = {}) {
+    this.state = stopped ? "stopped" : "interrupted";
+    this.endSteps(null);
+    this.renderAnswer();
+    const text = stopped
+      ? "Stopped. The answer is incomplete."
+      : reason
+        ? `Interrupted: ${reason}`
+        : "Connection lost. The answer is incomplete.";
+    this.showStatus(text, stopped ? "stopped" : "error");
+    this.settle();
+    if (!quiet) announce(stopped ? "Answer stopped" : "The connection was lost; the answer is incomplete.");
+  }
+
+  // ---- a stored message (GET /api/chats/{id}) ----------------------------------------------------
+
+  load(message, question = null) {
+    // The layer-1 gate's decision is stored as `gate`; the worker's steps as `steps`.
+    if (message.gate?.route) this.addRoute(message.gate);
+    for (const step of message.steps || []) this.addStep(step);
+    this.setDocuments(message.documents || []);
+    this.text = message.content ?? "";
+    const status = message.status || "complete";
+    if (status === "complete") {
+      this.state = "done";
+      this.renderAnswer();
+      this.showRewritten(question, message.rewritten);
+      this.endSteps(message.timings?.total_ms);
+      const details = message.details || {};
+      const parts = [];
+      if (details.model) parts.push(details.model);
+      if (typeof message.timings?.total_ms === "number") parts.push(formatSeconds(message.timings.total_ms));
+      if (details.abstained) parts.push("not enough evidence to answer");
+      this.showMeta(parts);
+      this.stepsBox.open = false;
+      this.settle();
+    } else if (status === "failed") {
+      this.fail({ error: message.error }, { quiet: true });
+      this.stepsBox.open = false;
+    } else {
+      this.interrupt(false, { quiet: true, reason: message.error });
+      this.stepsBox.open = false;
+    }
+  }
+
+  // ---- rendering ---------------------------------------------------------------------------------
+
+  renderAnswer() {
+    const fragment = renderMarkdown(this.text);
+    linkCitations(fragment, (ref) => this.citationLink(ref));
+    this.answer.replaceChildren(fragment);
+  }
+
+  citationLink(ref) {
+    const doc = this.documents.find((d) => d.ref === ref);
+    if (!doc) return null;
+    return h(
+      "a",
+      {
+        class: "cite",
+        href: `#card-${this.key}-${ref}`,
+        dataset: { ref },
+        "aria-label": `Source ${ref}: ${doc.filename || "document"}`,
+        title: doc.filename || ref,
+      },
+      ref,
+    );
+  }
+
+  onCitationClick(event) {
+    const link = event.target.closest("a.cite");
+    if (!link) return;
+    event.preventDefault(); // the hash is the route; a citation only moves within the page
+    const card = this.cards.querySelector(`[data-ref="${CSS.escape(link.dataset.ref)}"]`);
+    if (!card) return;
+    for (const other of document.querySelectorAll(".doc-card.highlighted")) other.classList.remove("highlighted");
+    card.classList.add("highlighted");
+    card.scrollIntoView({ behavior: "smooth", block: "nearest", inline: "nearest" });
+    card.focus({ preventScroll: true });
+  }
+
+  renderCards() {
+    this.sources.hidden = !this.documents.length;
+    this.cards.replaceChildren(...this.documents.map((doc) => this.renderCard(doc)));
+  }
+
+  renderCard(doc) {
+    const place = [doc.dataset, typeof doc.page === "number" ? `p. ${doc.page}` : null].filter(Boolean).join(" · ");
+    const score = typeof doc.rerank_score === "number" ? doc.rerank_score : doc.score;
+    const scores = [h("span", { class: "rank", text: `retrieved #${doc.rank}` })];
+    if (typeof doc.provenance === "number" && this.state === "done") {
+      const pct = Math.round(Math.max(0, Math.min(1, doc.provenance)) * 100);
+      scores.push(
+        h("span", { class: "used", text: `used ${pct}%` }),
+        h("span", { class: "used-bar", "aria-hidden": "true" }, h("span", { style: `width: ${pct}%` })),
+      );
+    } else if (typeof score === "number") {
+      scores.push(h("span", { class: "score", text: `score ${score.toFixed(score < 0.1 ? 3 : 2)}` }));
+    }
+    const text = (doc.text || "").replace(/\s+/g, " ").trim();
+    return h(
+      "li",
+      {
+        class: "doc-card",
+        id: `card-${this.key}-${doc.ref}`,
+        tabindex: "-1",
+        dataset: { ref: doc.ref },
+        "aria-label": `Source ${doc.ref}: ${doc.filename || "document"}`,
+      },
+      h(
+        "div",
+        { class: "doc-head" },
+        h("span", { class: "ref-badge", text: doc.ref }),
+        h("span", { class: "doc-name", text: doc.filename || "document", title: doc.filename || "" }),
+      ),
+      place ? h("p", { class: "doc-place muted", text: place }) : null,
+      h("p", { class: "doc-scores" }, ...scores),
+      text ? h("p", { class: "doc-snippet", text: text.length > 280 ? `${text.slice(0, 280)}…` : text }) : null,
+    );
+  }
+
+  showRewritten(question, rewritten) {
+    if (!rewritten || (question && rewritten.trim() === question.trim())) return;
+    this.rewritten.replaceChildren(
+      icon("edit"),
+      h("span", {}, "Your question was rewritten as: ", h("q", { text: rewritten })),
+    );
+    this.rewritten.hidden = false;
+  }
+
+  showStatus(text, kind) {
+    this.status.replaceChildren(icon(kind === "stopped" ? "stop" : "alert"), h("span", { text }));
+    this.status.className = `turn-status ${kind}`;
+    this.status.hidden = false;
+  }
+
+  showMeta(parts) {
+    if (!parts.length) return;
+    this.meta.textContent = parts.join(" · ");
+    this.meta.hidden = false;
+  }
+
+  endSteps(totalMs) {
+    const last = this.steps.at(-1);
+    if (last && last.item.classList.contains("running")) this.closeStep(last, totalMs);
+    for (const step of this.steps) {
+      if (step.item.classList.contains("running")) {
+        step.item.classList.remove("running");
+        step.item.classList.add("finished");
+      }
+    }
+    const count = this.steps.filter((s) => s.kind === "step").length;
+    const label =
+      this.state === "done"
+        ? [typeof totalMs === "number" ? `Finished in ${formatSeconds(totalMs)}` : "Finished", count ? `${count} steps` : null]
+            .filter(Boolean)
+            .join(" · ")
+        : this.state === "stopped"
+          ? "Stopped"
+          : "Did not finish";
+    this.stepSummary.textContent = label;
+    if (!this.steps.length) this.stepsBox.hidden = true;
+  }
+
+  settle() {
+    this.element.classList.remove("streaming");
+    this.element.classList.add(`state-${this.state}`);
+    this.element.setAttribute("aria-busy", "false");
+    this.element.dataset.state = this.state;
+    if (this.state === "done") this.renderCards(); // provenance shows only once the turn is done
+  }
+}
