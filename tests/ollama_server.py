@@ -14,10 +14,12 @@ small deterministic "grounded model", or from whatever a test puts in `replies` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -130,6 +132,7 @@ class FakeOllama:
         self.host, self.port = host, port
         self._lock = threading.Lock()
         self._loaded: dict[str, float] = {}
+        self._connections: set[socket.socket] = set()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._down = False
@@ -142,8 +145,7 @@ class FakeOllama:
 
     def start(self) -> FakeOllama:
         handler = type("Handler", (_Handler,), {"fake": self})
-        server = ThreadingHTTPServer((self.host, self.port), handler)
-        server.daemon_threads = True
+        server = _Server((self.host, self.port), handler)
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(
@@ -165,9 +167,17 @@ class FakeOllama:
             self._thread = None
 
     def set_down(self, down: bool) -> None:
-        """Down: the listening socket is closed, so connections are refused. Up again: same port."""
+        """Down: as if Ollama stopped. Connections are refused and open ones (keep-alive, streams) are cut.
+
+        Up again: listening on the same port.
+        """
         if down and not self._down:
             self.stop()
+            with self._lock:
+                open_connections = list(self._connections)
+            for connection in open_connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
         elif not down and self._down:
             self.start()
         self._down = down
@@ -225,6 +235,17 @@ def _model_entry(name: str) -> dict:
     }
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up mid-reply is normal here (cancellation tests); anything else is still shown.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
 class _Handler(BaseHTTPRequestHandler):
     # HTTP/1.1 so streams go out chunked, as Ollama's do: a stream cut short is then visibly incomplete.
     protocol_version = "HTTP/1.1"
@@ -233,6 +254,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.fake._lock:
+            self.fake._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.fake._lock:
+            self.fake._connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
 
     # -- routing -------------------------------------------------------------------------------------------
 
@@ -494,8 +526,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _abort(self) -> None:
-        import socket
-
         self.close_connection = True
         try:
             self.wfile.flush()
