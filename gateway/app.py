@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
@@ -16,6 +17,7 @@ from .auth import LoginThrottle
 from .context import Context
 from .db import Database
 from .errors import HANDLERS
+from .limits import BodyLimit
 from .settings import Settings
 from .worker_client import WorkerClient
 
@@ -64,12 +66,14 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *accounts.routes,
         *chats.routes,
         *turns.routes,
-        indexes.upload_route(settings.max_upload_bytes),
         *indexes.routes,
         *meta.routes,
         # Last, so /api and /health win; the whole web/ folder (with node_modules) is served.
         Mount("/", app=StaticFiles(directory=settings.web_dir, html=True, check_dir=False), name="web"),
     ]
-    return Starlette(
-        routes=routes, exception_handlers=HANDLERS, lifespan=lifespan, max_body_size=settings.max_json_bytes
-    )
+    # Multipart framing adds a little to the file: allow for it; the file itself is then checked exactly.
+    upload_limit = settings.max_upload_bytes + 64 * 1024
+    middleware = [
+        Middleware(BodyLimit, default=settings.max_json_bytes, larger=[(indexes.UPLOAD_PATH, upload_limit)])
+    ]
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=HANDLERS, lifespan=lifespan)

@@ -46,7 +46,9 @@ def read_token(token: str, secret: str) -> int:
     except jwt.ExpiredSignatureError:
         raise Unauthorized("the session token has expired: log in again", code="token_expired") from None
     except jwt.InvalidAlgorithmError:
-        raise Unauthorized(f"the token must be signed with {ALGORITHM}", code="token_invalid") from None
+        raise Unauthorized(
+            f"the token is not signed with {ALGORITHM}: log in again", code="token_invalid"
+        ) from None
     except jwt.InvalidSignatureError:
         raise Unauthorized("the token signature is not valid: log in again", code="token_invalid") from None
     except jwt.InvalidTokenError as exc:

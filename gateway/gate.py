@@ -16,21 +16,19 @@ Route = Literal["rag", "direct"]
 
 MAX_SMALLTALK_WORDS = 6
 
-# Whole messages (after normalising case, punctuation and repeated letters) that are smalltalk.
-_SMALLTALK = re.compile(
-    r"""^(?:
-        (?:hi|hello|hey|heya|hiya|howdy|yo|greetings|good\ (?:morning|afternoon|evening|night|day))
-            (?:\ (?:there|again|everyone|all|friend|assistant|bot))?
-      | (?:thanks|thank\ you|thank\ u|thx|ty|cheers|many\ thanks|thanks\ a\ lot|thank\ you\ (?:so|very)\ much|thanks\ so\ much)
-            (?:\ (?:again|a\ lot|so\ much|very\ much))?
-      | (?:ok|okay|k|kk|okey|alright|all\ right|cool|great|nice|perfect|awesome|got\ it|i\ see|understood|sure|fine|
-           yes|yeah|yep|no|nope|nah|good|very\ good|sounds\ good|makes\ sense|wow|lol|haha|oh|ah|hmm)
-      | (?:bye|goodbye|good\ bye|bye\ bye|see\ you|see\ ya|see\ you\ later|later|cya|farewell|have\ a\ nice\ day|
-           have\ a\ good\ (?:day|one|night)|good\ night|take\ care)
-      | (?:how\ are\ you|how\ are\ you\ doing|how\ is\ it\ going|hows\ it\ going|whats\ up|sup|how\ do\ you\ do)
-    )(?:\ (?:then|again|too|very\ much))?$""",
-    re.VERBOSE,
-)
+# Smalltalk phrases (after normalising case, punctuation and held-down letters). A message is smalltalk when it
+# is nothing but these, e.g. "ok thanks bye"; one other word ("ok so what is...") makes it a question.
+_PHRASE = r"""(?:
+    (?:hi|hello|hey|heya|hiya|howdy|yo|greetings|good\ (?:morning|afternoon|evening|day))
+        (?:\ (?:there|again|everyone|all|friend|assistant|bot))?
+  | (?:thanks|thank\ you|thank\ u|thx|ty|cheers|many\ thanks)(?:\ (?:again|a\ lot|so\ much|very\ much))?
+  | ok|okay|k|kk|okey|alright|all\ right|cool|great|nice|perfect|awesome|got\ it|i\ see|understood|sure|fine
+  | yes|yeah|yep|no|nope|nah|good|very\ good|sounds\ good|makes\ sense|wow|lol|haha|oh|ah|hmm
+  | bye|goodbye|good\ bye|bye\ bye|see\ you|see\ ya|see\ you\ later|later|cya|farewell|take\ care
+  | have\ a\ (?:nice|good|great)\ (?:day|one|night|evening|weekend)|good\ night
+  | how\ are\ you(?:\ doing)?|how\ is\ it\ going|hows\ it\ going|whats\ up|sup|how\ do\ you\ do
+)"""
+_SMALLTALK = re.compile(rf"^{_PHRASE}(?:\ {_PHRASE})*$", re.VERBOSE)
 
 # A question about the assistant itself, as the whole message.
 _ABOUT_ASSISTANT = re.compile(
