@@ -15,4 +15,5 @@ def embedder():
     from rag_worker.embeddings import Embedder
     from rag_worker.settings import packaged_embedding_model
 
-    return Embedder(packaged_embedding_model(), batch_size=4, max_length=256)
+    # One torch thread: the test machine is shared, and oversubscribed OpenMP threads crawl.
+    return Embedder(packaged_embedding_model(), batch_size=4, max_length=256, torch_threads=1)

@@ -1,0 +1,100 @@
+"""The packaged embedder: shape, normalisation, order, caching and that it actually captures meaning."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from rag_worker.embeddings import Embedder, model_identity
+from rag_worker.errors import Unavailable
+
+
+def test_identity_and_dimension(embedder):
+    assert embedder.dim == 384
+    assert embedder.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    assert embedder.tokenizer is not None
+
+
+def test_documents_are_normalised_float32(embedder):
+    vecs = embedder.embed_documents(["a short one", "a considerably longer sentence about something else"])
+    assert vecs.dtype == np.float32 and vecs.shape == (2, 384)
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert embedder.embed_documents([]).shape == (0, 384)
+
+
+def test_order_is_kept_despite_length_sorting(embedder):
+    # Lengths deliberately out of order and more texts than one batch (batch_size=4 in the fixture).
+    texts = [
+        "The mitochondria is the powerhouse of the cell and produces most of its chemical energy.",
+        "Cats.",
+        "The quarterly tax filing deadline is the fifteenth of April for most individual taxpayers.",
+        "Rain tomorrow.",
+        "Python is a programming language.",
+        "Ice melts at zero degrees Celsius under normal pressure.",
+    ]
+    together = embedder.embed_documents(texts)
+    for i, text in enumerate(texts):
+        alone = embedder.embed_documents([text])[0]
+        assert float(alone @ together[i]) > 0.999, text
+
+
+def test_query_cache_returns_the_same_read_only_vector(embedder):
+    first = embedder.embed_query("what is the refund policy?")
+    second = embedder.embed_query("what is the refund policy?")
+    assert second is first
+    assert not first.flags.writeable
+    assert float(first @ embedder.embed_documents(["what is the refund policy?"])[0]) > 0.999
+
+
+def test_similar_sentences_score_higher_than_unrelated(embedder):
+    q = embedder.embed_query("How many vacation days do employees get?")
+    docs = embedder.embed_documents(
+        ["Staff are entitled to 25 days of paid annual leave.", "The server rack uses 48V DC power supplies."]
+    )
+    related, unrelated = docs @ q
+    assert related > unrelated + 0.2
+
+
+def test_long_text_is_truncated_not_rejected(embedder):
+    vec = embedder.embed_documents(["word " * 5000])
+    assert vec.shape == (1, 384) and np.isfinite(vec).all()
+    assert embedder.count_tokens("word " * 300) == 300  # counting never truncates
+
+
+def test_concurrent_calls_are_safe(embedder):
+    errors: list[BaseException] = []
+    expected = embedder.embed_documents(["concurrency check sentence"])[0]
+
+    def work(n: int) -> None:
+        try:
+            for _ in range(3):
+                embedder.count_tokens("some text " * n)
+                got = embedder.embed_documents(["concurrency check sentence", "other " * n])[0]
+                assert float(got @ expected) > 0.999
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (5, 50, 300)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_identity_of_hub_ids_and_cache_dirs(tmp_path):
+    assert model_identity("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"
+    snap = tmp_path / "models--BAAI--bge-small-en-v1.5" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    assert model_identity(str(snap)) == "BAAI/bge-small-en-v1.5"
+    plain = tmp_path / "my-encoder" / "model"
+    plain.mkdir(parents=True)
+    assert model_identity(str(plain)) == "my-encoder"
+
+
+def test_missing_model_is_a_clear_503(tmp_path):
+    with pytest.raises(Unavailable) as info:
+        Embedder(str(tmp_path / "nowhere"))
+    assert info.value.status == 503 and "nowhere" in info.value.message

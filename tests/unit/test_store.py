@@ -1,0 +1,434 @@
+"""The LanceDB store against a real table on disk, with the real packaged embedder."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+
+import numpy as np
+import pytest
+
+from rag_worker.errors import ApiError, BadRequest, EmbedderMismatch, NotFound
+from rag_worker.store import Hit, Store
+
+CORPUS = {
+    ("hr", "leave.md"): [
+        "Employees are entitled to 25 days of paid vacation per calendar year.",
+        "Unused vacation days can be carried over until the end of March.",
+        "Sick leave requires a doctor's note after three consecutive days.",
+    ],
+    ("hr", "office.md"): [
+        "The office opens at 8 am and closes at 6 pm on weekdays.",
+        "Visitors must sign in at the reception desk.",
+    ],
+    ("legal", "contract.md"): [
+        "Either party may terminate this agreement with three months written notice.",
+        "Liability under this contract is capped at one million euros.",
+    ],
+    ("eng", "deploy.md"): [
+        "Deployments to production happen every Tuesday after the change review.",
+        "Rollbacks are performed with the blue-green switch in the load balancer.",
+    ],
+}
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_VECTORS: dict[str, np.ndarray] = {}
+
+
+def vectors(embedder, chunks: list[str]) -> list[np.ndarray]:
+    """Embeddings memoised across tests: the shared 2-core machine makes re-embedding the corpus slow."""
+    todo = [t for t in dict.fromkeys(chunks) if t not in _VECTORS]
+    if todo:
+        _VECTORS.update(zip(todo, embedder.embed_documents(todo), strict=True))
+    return [_VECTORS[t] for t in chunks]
+
+
+def rows_for(
+    dataset: str, filename: str, chunks: list[str], document_id: str | None = None, *, embedder=None
+) -> list[dict]:
+    """Rows as ingestion passes them; with `embedder`, vectors precomputed, else the store embeds them."""
+    document_id = document_id or digest("\n".join(chunks))
+    vecs = vectors(embedder, chunks) if embedder is not None else [None] * len(chunks)
+    return [
+        {
+            "vector": vecs[i],
+            "document_id": document_id,
+            "filename": filename,
+            "dataset": dataset,
+            "page": None if i == 0 else i,
+            "chunk_index": i,
+            "text": text,
+            "metadata": {"heading": f"part {i}"},
+            "file_bytes": 1234,
+            "indexed_at": f"2025-01-0{i + 1}T00:00:00Z",
+        }
+        for i, text in enumerate(chunks)
+    ]
+
+
+@pytest.fixture
+def store(tmp_path, embedder) -> Store:
+    return Store(tmp_path / "lancedb", embedder)
+
+
+@pytest.fixture
+def filled(store) -> Store:
+    for (dataset, filename), chunks in CORPUS.items():
+        store.replace_document(
+            "default",
+            dataset=dataset,
+            filename=filename,
+            rows=rows_for(dataset, filename, chunks, embedder=store.embedder),
+        )
+    return store
+
+
+def texts(hits: list[Hit]) -> list[str]:
+    return [h.text for h in hits]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "fts"])
+def test_each_mode_finds_the_right_chunk(filled, mode):
+    hits = filled.search(["default"], "how many vacation days do employees get", mode=mode, limit=3)
+    assert hits[0].text == CORPUS[("hr", "leave.md")][0]
+    top = hits[0]
+    assert (top.dataset, top.filename, top.chunk_index, top.index) == ("hr", "leave.md", 0, "default")
+    assert top.metadata == {"heading": "part 0"} and top.page is None
+    if mode != "fts":
+        assert top.vector_rank == 1 and 0.3 < top.vector_score <= 1.0
+    if mode != "vector":
+        assert top.fts_rank == 1 and top.fts_score > 0
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_hybrid_fuses_both_legs_by_reciprocal_rank(filled):
+    hits = filled.search("default", "vacation days", mode="hybrid", limit=10, rrf_k=60)
+    for h in hits:
+        expected = sum(1 / (60 + r) for r in (h.vector_rank, h.fts_rank) if r is not None)
+        assert h.score == pytest.approx(expected)
+    # A keyword match that is also the nearest vector ranks first; chunks without the words still come back.
+    assert hits[0].vector_rank is not None and hits[0].fts_rank is not None
+    assert any(h.fts_rank is None for h in hits)
+
+
+def test_keyword_only_match_is_found_by_fts(filled):
+    # "blue-green" is a rare exact term: BM25 pins it even where meaning is vague.
+    hits = filled.search("default", "blue-green", mode="fts", limit=3)
+    assert texts(hits) == [CORPUS[("eng", "deploy.md")][1]]
+
+
+def test_stemming_and_case_folding(filled):
+    hits = filled.search("default", "DEPLOYMENT", mode="fts", limit=3)
+    assert texts(hits)[:1] == [CORPUS[("eng", "deploy.md")][0]]
+
+
+@pytest.mark.parametrize("mode", ["vector", "fts", "hybrid"])
+def test_dataset_filter_is_a_prefilter_in_every_leg(store, mode):
+    # 60 noise chunks match the query far better than the single chunk of the wanted dataset; with a post-filter
+    # the top 5 would all be noise and the wanted chunk would be lost.
+    noise = [f"Vacation policy note number {i}: vacation days and vacation rules." for i in range(60)]
+    store.replace_document(
+        "default",
+        dataset="noise",
+        filename="n.md",
+        rows=rows_for("noise", "n.md", noise, embedder=store.embedder),
+    )
+    target = ["Annual holidays: see the vacation section of the handbook."]
+    store.replace_document("default", dataset="hr", filename="t.md", rows=rows_for("hr", "t.md", target))
+    hits = store.search("default", "vacation days", mode=mode, datasets=["hr"], limit=5)
+    assert texts(hits) == target
+    both = store.search("default", "vacation days", mode=mode, datasets=["hr", "noise"], limit=100)
+    assert {h.dataset for h in both} == {"hr", "noise"}
+
+
+@pytest.mark.parametrize(
+    "hostile", ["hr' OR '1'='1", "hr) OR (1=1", "hr;DROP", "", "a" * 65, "h r", "hr\n", 5, None]
+)
+def test_hostile_dataset_names_are_rejected(filled, hostile):
+    with pytest.raises(BadRequest) as info:
+        filled.search("default", "vacation", datasets=[hostile])
+    assert info.value.status == 400 and info.value.field == "datasets"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"unbalanced quote',
+        "title:vacation",
+        "(vacation OR",
+        "AND OR NOT",
+        "vacation^3 ~2 *days?",
+        '+-&&||!(){}[]^"~*?:\\/',
+        "the of and a",
+        "",
+        "   ",
+        "!!!",
+        "' OR 1=1 --",
+        "ünïcödé vacation",
+        "x" * 5000,
+    ],
+)
+def test_fts_accepts_any_user_text(filled, query):
+    for mode in ("fts", "hybrid"):
+        hits = filled.search("default", query, mode=mode, limit=5)
+        assert isinstance(hits, list)
+    if "vacation" in query:
+        assert any("vacation" in h.text.lower() for h in filled.search("default", query, mode="fts", limit=5))
+
+
+def test_stop_words_only_query_gives_an_empty_fts_leg(filled):
+    assert filled.search("default", "the of and", mode="fts") == []
+    hybrid = filled.search("default", "the of and", mode="hybrid", limit=3)
+    assert len(hybrid) == 3 and all(h.fts_rank is None for h in hybrid)
+
+
+def test_rows_added_after_the_index_are_found_and_deleted_rows_are_not(filled):
+    extra = ["The cafeteria serves zucchini lasagna on Fridays."]
+    filled.add_chunks("default", rows_for("hr", "food.md", extra))
+    assert texts(filled.search("default", "zucchini", mode="fts")) == extra
+    assert filled.search("default", "zucchini lasagna", mode="vector", limit=1)[0].text == extra[0]
+    assert filled.delete_document("default", dataset="hr", filename="food.md") == 1
+    assert filled.search("default", "zucchini", mode="fts") == []
+    assert extra[0] not in texts(filled.search("default", "zucchini lasagna", mode="vector", limit=20))
+
+
+def test_replace_swaps_old_chunks_for_new(filled):
+    new = ["Employees are entitled to 30 days of paid vacation from 2026 on."]
+    added, removed = filled.replace_document(
+        "default", dataset="hr", filename="leave.md", rows=rows_for("hr", "leave.md", new)
+    )
+    assert (added, removed) == (1, 3)
+    hits = filled.search("default", "vacation days", mode="hybrid", datasets=["hr"], limit=10)
+    assert new[0] in texts(hits)
+    assert not set(CORPUS[("hr", "leave.md")]) & set(texts(hits))
+    assert filled.search("default", "doctor's note", mode="fts") == []
+    docs = {d["filename"]: d for d in filled.list_documents("default")}
+    assert docs["leave.md"]["chunks"] == 1
+
+
+def test_identical_files_under_two_names_are_isolated(store):
+    chunks = ["Identical content shared by two files about the parking garage."]
+    same_id = digest("identical bytes")
+    store.replace_document(
+        "default", dataset="hr", filename="a.md", rows=rows_for("hr", "a.md", chunks, same_id)
+    )
+    store.replace_document(
+        "default", dataset="hr", filename="b.md", rows=rows_for("hr", "b.md", chunks, same_id)
+    )
+    hits = store.search("default", "parking garage", mode="hybrid", limit=10)
+    assert sorted(h.filename for h in hits) == ["a.md", "b.md"]
+    assert len({h.id for h in hits}) == 2
+    assert store.delete_document("default", dataset="hr", filename="a.md") == 1
+    hits = store.search("default", "parking garage", mode="fts", limit=10)
+    assert [h.filename for h in hits] == ["b.md"]
+    assert store.has_document("default", dataset="hr", filename="b.md", document_id=same_id)
+    assert not store.has_document("default", dataset="hr", filename="a.md", document_id=same_id)
+
+
+def test_file_names_with_quotes_are_stored_and_deleted_safely(store):
+    name = 'o\'brien "final" (v2); DROP TABLE x.md'
+    store.replace_document(
+        "default", dataset="hr", filename=name, rows=rows_for("hr", name, ["Quoted name chunk."])
+    )
+    assert [d["filename"] for d in store.list_documents("default")] == [name]
+    assert store.delete_document("default", dataset="hr", filename=name) == 1
+    assert store.count("default") == 0
+
+
+def test_has_document_detects_identical_bytes(filled):
+    doc_id = digest("\n".join(CORPUS[("legal", "contract.md")]))
+    assert filled.has_document("default", dataset="legal", filename="contract.md", document_id=doc_id)
+    assert not filled.has_document(
+        "default", dataset="legal", filename="contract.md", document_id=digest("x")
+    )
+    assert not filled.has_document("default", dataset="hr", filename="contract.md", document_id=doc_id)
+    assert not filled.has_document("other", dataset="legal", filename="contract.md", document_id=doc_id)
+
+
+def test_failed_replace_keeps_the_old_rows(filled, monkeypatch):
+    before = filled.search("default", "terminate agreement notice", mode="fts", limit=5)
+    assert before
+    new = rows_for("legal", "contract.md", ["A brand new contract text about penguins."] * 3)
+
+    # 1. The embedder fails half way (model crash, out of memory).
+    broken = copy.copy(filled.embedder)
+
+    def explode(texts):
+        raise RuntimeError("embedding failed")
+
+    broken.embed_documents = explode
+    failing = Store(filled.root, broken)
+    with pytest.raises(RuntimeError):
+        failing.replace_document("default", dataset="legal", filename="contract.md", rows=new)
+
+    # 2. One row is malformed (wrong vector size).
+    bad = [dict(r) for r in new]
+    for i, r in enumerate(bad):
+        r["chunk_index"] = i
+    bad[2]["vector"] = [0.1] * 7
+    with pytest.raises(BadRequest):
+        filled.replace_document("default", dataset="legal", filename="contract.md", rows=bad)
+
+    # 3. The commit itself fails (disk full, I/O error).
+    from lancedb.table import LanceMergeInsertBuilder
+
+    def disk_full(self, *a, **kw):
+        raise OSError("No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(LanceMergeInsertBuilder, "execute", disk_full)
+        with pytest.raises(OSError):
+            filled.replace_document(
+                "default",
+                dataset="legal",
+                filename="contract.md",
+                rows=rows_for("legal", "contract.md", ["x"]),
+            )
+
+    after = filled.search("default", "terminate agreement notice", mode="fts", limit=5)
+    assert texts(after) == texts(before)
+    assert filled.search("default", "penguins", mode="fts") == []
+    assert {d["filename"]: d["chunks"] for d in filled.list_documents("default")}["contract.md"] == 2
+
+
+def test_marker_mismatch_is_a_409_on_search_and_write(filled):
+    other = copy.copy(filled.embedder)
+    other.model_id = "BAAI/bge-small-en-v1.5"
+    mismatched = Store(filled.root, other)
+    with pytest.raises(EmbedderMismatch) as info:
+        mismatched.search("default", "vacation")
+    err = info.value
+    assert err.status == 409 and err.code == "embedder_mismatch"
+    assert "sentence-transformers/all-MiniLM-L6-v2" in err.message and "BAAI/bge-small-en-v1.5" in err.message
+    assert "rebuild" in err.message.lower() and "EMBEDDING_MODEL=" in err.message
+    with pytest.raises(EmbedderMismatch):
+        mismatched.add_chunks("default", rows_for("hr", "x.md", ["some text"]))
+    with pytest.raises(EmbedderMismatch):
+        mismatched.delete_document("default", dataset="hr", filename="leave.md")
+    with pytest.raises(EmbedderMismatch):
+        mismatched.check_compatible("default")
+    # Nothing was written by the refused calls, and the right embedder still works.
+    assert filled.count("default") == sum(len(c) for c in CORPUS.values())
+    filled.check_compatible("default")
+
+    wider = copy.copy(filled.embedder)
+    wider.dim = 768
+    with pytest.raises(EmbedderMismatch, match="768"):
+        Store(filled.root, wider).search("default", "vacation", mode="fts")
+
+
+def test_marker_is_recorded_on_the_table_and_survives_writes(filled):
+    marker = filled.marker("default")
+    assert marker["embedding_model"] == "sentence-transformers/all-MiniLM-L6-v2" and marker["dim"] == 384
+    filled.delete_document("default", dataset="eng", filename="deploy.md")
+    filled.optimize("default")
+    assert filled.marker("default")["embedding_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_unknown_index_is_a_404(filled):
+    for call in (
+        lambda: filled.search(["default", "nope"], "vacation"),
+        lambda: filled.list_documents("nope"),
+        lambda: filled.neighbours("nope", digest("x"), "hr", "a.md", [0]),
+    ):
+        with pytest.raises(NotFound, match="index 'nope' does not exist") as info:
+            call()
+        assert info.value.status == 404
+    with pytest.raises(BadRequest):
+        filled.search("../etc", "vacation")
+
+
+def test_bad_mode_and_vector_are_400s(filled):
+    with pytest.raises(BadRequest):
+        filled.search("default", "vacation", mode="semantic")
+    with pytest.raises(BadRequest):
+        filled.search("default", "vacation", mode="vector", vector=np.zeros(3, dtype=np.float32))
+
+
+def test_a_precomputed_vector_is_used(filled):
+    vec = filled.embedder.embed_documents(["blue-green rollback switch"])[0]
+    hits = filled.search("default", "", mode="vector", vector=vec, limit=1)
+    assert hits[0].text == CORPUS[("eng", "deploy.md")][1]
+
+
+def test_search_across_several_indexes(filled):
+    extra = ["Zebra crossings near the campus are repainted every spring."]
+    filled.add_chunks("second", rows_for("hr", "roads.md", extra))
+    hits = filled.search(["default", "second"], "zebra crossing repainted", mode="hybrid", limit=5)
+    assert hits[0].text == extra[0] and hits[0].index == "second"
+    assert {h.index for h in hits} == {"default", "second"}
+    vacation = filled.search(["default", "second"], "paid vacation days", mode="fts", limit=1)
+    assert vacation[0].index == "default"
+
+
+def test_neighbours_returns_requested_chunks_in_order(filled):
+    chunks = CORPUS[("hr", "leave.md")]
+    doc_id = digest("\n".join(chunks))
+    hits = filled.neighbours("default", doc_id, "hr", "leave.md", [2, 0, 7])
+    assert [(h.chunk_index, h.text) for h in hits] == [(0, chunks[0]), (2, chunks[2])]
+    assert hits[1].page == 2 and hits[0].metadata == {"heading": "part 0"}
+    assert filled.neighbours("default", doc_id, "hr", "office.md", [0]) == []
+    assert filled.neighbours("default", doc_id, "hr", "leave.md", []) == []
+
+
+def test_listing_documents_datasets_and_counts(filled):
+    docs = filled.list_documents("default")
+    assert [(d["dataset"], d["filename"], d["chunks"]) for d in docs] == [
+        ("eng", "deploy.md", 2),
+        ("hr", "leave.md", 3),
+        ("hr", "office.md", 2),
+        ("legal", "contract.md", 2),
+    ]
+    assert docs[0]["bytes"] == 1234 and docs[0]["indexed_at"] == "2025-01-02T00:00:00Z"
+    assert docs[0]["document_id"] == digest("\n".join(CORPUS[("eng", "deploy.md")]))
+    assert filled.list_datasets("default") == ["eng", "hr", "legal"]
+    assert filled.count("default") == 9
+    assert filled.indexes() == ["default"] and filled.exists("default") and not filled.exists("other")
+
+
+def test_drop_removes_the_index(filled):
+    assert filled.drop("default") is True
+    assert not filled.exists("default") and filled.indexes() == []
+    with pytest.raises(NotFound):
+        filled.search("default", "vacation")
+    assert filled.drop("default") is False
+
+
+def test_writes_by_another_process_are_seen(filled, embedder):
+    other = Store(filled.root, embedder)  # a second handle, as the indexing CLI or another worker holds
+    filled.search("default", "vacation")  # warm the first store's table cache
+    other.add_chunks("default", rows_for("eng", "oncall.md", ["The on-call rotation changes every Monday."]))
+    assert texts(filled.search("default", "rotation", mode="fts")) == [
+        "The on-call rotation changes every Monday."
+    ]
+    other.drop("default")
+    assert not filled.exists("default")
+    with pytest.raises(NotFound):
+        filled.search("default", "rotation")
+
+
+def test_add_is_idempotent_by_id(filled):
+    rows = rows_for("hr", "dup.md", ["Duplicate adds must not duplicate chunks."])
+    filled.add_chunks("default", rows)
+    filled.add_chunks("default", rows)
+    assert len(filled.search("default", "duplicate adds", mode="fts", limit=10)) == 1
+
+
+def test_bad_rows_are_400s(store):
+    good = rows_for("hr", "a.md", ["text"])[0]
+    for broken in (
+        {**good, "dataset": "bad name"},
+        {**good, "filename": "../a.md"},
+        {**good, "document_id": "x' OR '1'='1"},
+        {**good, "chunk_index": "3"},
+        {**good, "text": None},
+    ):
+        with pytest.raises(ApiError) as info:
+            store.add_chunks("default", [broken])
+        assert info.value.status == 400
+    with pytest.raises(BadRequest):
+        store.replace_document("default", dataset="hr", filename="b.md", rows=[good])
