@@ -12,7 +12,9 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.c
 
 
 def serve(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rag_worker serve", description="Run the worker on gunicorn+gevent")
+    parser = argparse.ArgumentParser(
+        prog="python -m rag_worker serve", description="Run the worker on gunicorn+gevent"
+    )
     parser.add_argument("--host", default=os.environ.get("WORKER_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("WORKER_PORT", "8001")))
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKER_WORKERS", "1")))

@@ -14,8 +14,18 @@ ERROR = {
 }
 ANSWER = {
     "type": "object",
-    "required": ["reply", "question", "history", "documents", "fetched_new_documents", "route", "citations",
-                 "abstained", "model", "timings"],
+    "required": [
+        "reply",
+        "question",
+        "history",
+        "documents",
+        "fetched_new_documents",
+        "route",
+        "citations",
+        "abstained",
+        "model",
+        "timings",
+    ],
     "properties": {
         "reply": {"type": "string"},
         "question": {"type": "string"},
@@ -45,55 +55,134 @@ def _errors(*codes: int) -> dict:
 def spec() -> dict:
     chat_schema = ChatRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     components = dict(chat_schema.pop("$defs", {}))
-    components.update({"ChatRequest": chat_schema, "Error": ERROR, "Answer": ANSWER,
-                       "Document": Document.model_json_schema(),
-                       "TitleRequest": TitleRequest.model_json_schema()})
+    components.update(
+        {
+            "ChatRequest": chat_schema,
+            "Error": ERROR,
+            "Answer": ANSWER,
+            "Document": Document.model_json_schema(),
+            "TitleRequest": TitleRequest.model_json_schema(),
+        }
+    )
     chat_body = {"required": True, **_json({"$ref": "#/components/schemas/ChatRequest"})}
-    sse = {"content": {"text/event-stream": {"schema": {"type": "string", "description":
-           "events: step, documents, token, done (the Answer), error; ': keepalive' comments"}}}}
+    sse = {
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "type": "string",
+                    "description": "events: step, documents, token, done (the Answer), error; ': keepalive' comments",
+                }
+            }
+        }
+    }
     index_q = {"name": "index", "in": "query", "required": True, "schema": {"type": "string"}}
     paths = {
-        "/chat": {"post": {"summary": "One chat turn, answered as JSON", "requestBody": chat_body,
-                           "responses": {"200": {"description": "the answer",
-                                                 **_json({"$ref": "#/components/schemas/Answer"})},
-                                         **_errors(400, 401, 404, 409, 413, 503)}}},
-        "/chat_stream": {"post": {"summary": "One chat turn, streamed as Server-Sent Events",
-                                  "requestBody": chat_body,
-                                  "responses": {"200": {"description": "the event stream", **sse},
-                                                **_errors(400, 401, 404, 409, 413)}}},
-        "/create_title": {"post": {"summary": "A short title for a chat",
-                                   "requestBody": {"required": True,
-                                                   **_json({"$ref": "#/components/schemas/TitleRequest"})},
-                                   "responses": {"200": {"description": "the title", **_json(
-                                       {"type": "object", "properties": {"title": {"type": "string"}}})},
-                                                 **_errors(400, 401)}}},
-        "/add_document": {"post": {"summary": "Upload and index one file (multipart: file, dataset, index)",
-                                   "responses": {"200": {"description": "the indexed file"},
-                                                 **_errors(400, 401, 409, 413, 415)}}},
-        "/get_documents": {"get": {"summary": "Files of an index", "parameters": [index_q],
-                                   "responses": {"200": {"description": "the files"}, **_errors(400, 404)}}},
-        "/get_datasets": {"get": {"summary": "Dataset names of an index", "parameters": [index_q],
-                                  "responses": {"200": {"description": "the names"}, **_errors(400, 404)}}},
-        "/get_document": {"get": {"summary": "Download an original file", "parameters": [
-            index_q, {"name": "dataset", "in": "query", "required": True, "schema": {"type": "string"}},
-            {"name": "filename", "in": "query", "required": True, "schema": {"type": "string"}}],
-            "responses": {"200": {"description": "the file"}, **_errors(400, 404)}}},
-        "/delete": {"post": {"summary": "Remove one file: its rows, vectors and full-text entries",
-                             "responses": {"200": {"description": "{count}"}, **_errors(400, 404)}}},
-        "/index": {"post": {"summary": "(Re)build an index from shared_uploads/<index>/, streamed progress",
-                            "responses": {"200": {"description": "progress events", **sse}, **_errors(400, 409)}}},
-        "/indexes/{index}": {"delete": {"summary": "Drop an index and its overviews",
-                                        "responses": {"200": {"description": "dropped"}, **_errors(400, 404)}}},
-        "/config": {"get": {"summary": "Effective defaults, secrets redacted", "responses": {"200": {"description": "config"}}}},
-        "/health": {"get": {"summary": "Readiness of the LLM, embedder and store",
-                            "responses": {"200": {"description": "ok"}, "503": {"description": "degraded"}}}},
+        "/chat": {
+            "post": {
+                "summary": "One chat turn, answered as JSON",
+                "requestBody": chat_body,
+                "responses": {
+                    "200": {"description": "the answer", **_json({"$ref": "#/components/schemas/Answer"})},
+                    **_errors(400, 401, 404, 409, 413, 503),
+                },
+            }
+        },
+        "/chat_stream": {
+            "post": {
+                "summary": "One chat turn, streamed as Server-Sent Events",
+                "requestBody": chat_body,
+                "responses": {
+                    "200": {"description": "the event stream", **sse},
+                    **_errors(400, 401, 404, 409, 413),
+                },
+            }
+        },
+        "/create_title": {
+            "post": {
+                "summary": "A short title for a chat",
+                "requestBody": {"required": True, **_json({"$ref": "#/components/schemas/TitleRequest"})},
+                "responses": {
+                    "200": {
+                        "description": "the title",
+                        **_json({"type": "object", "properties": {"title": {"type": "string"}}}),
+                    },
+                    **_errors(400, 401),
+                },
+            }
+        },
+        "/add_document": {
+            "post": {
+                "summary": "Upload and index one file (multipart: file, dataset, index)",
+                "responses": {"200": {"description": "the indexed file"}, **_errors(400, 401, 409, 413, 415)},
+            }
+        },
+        "/get_documents": {
+            "get": {
+                "summary": "Files of an index",
+                "parameters": [index_q],
+                "responses": {"200": {"description": "the files"}, **_errors(400, 404)},
+            }
+        },
+        "/get_datasets": {
+            "get": {
+                "summary": "Dataset names of an index",
+                "parameters": [index_q],
+                "responses": {"200": {"description": "the names"}, **_errors(400, 404)},
+            }
+        },
+        "/get_document": {
+            "get": {
+                "summary": "Download an original file",
+                "parameters": [
+                    index_q,
+                    {"name": "dataset", "in": "query", "required": True, "schema": {"type": "string"}},
+                    {"name": "filename", "in": "query", "required": True, "schema": {"type": "string"}},
+                ],
+                "responses": {"200": {"description": "the file"}, **_errors(400, 404)},
+            }
+        },
+        "/delete": {
+            "post": {
+                "summary": "Remove one file: its rows, vectors and full-text entries",
+                "responses": {"200": {"description": "{count}"}, **_errors(400, 404)},
+            }
+        },
+        "/index": {
+            "post": {
+                "summary": "(Re)build an index from shared_uploads/<index>/, streamed progress",
+                "responses": {"200": {"description": "progress events", **sse}, **_errors(400, 409)},
+            }
+        },
+        "/indexes/{index}": {
+            "delete": {
+                "summary": "Drop an index and its overviews",
+                "responses": {"200": {"description": "dropped"}, **_errors(400, 404)},
+            }
+        },
+        "/config": {
+            "get": {
+                "summary": "Effective defaults, secrets redacted",
+                "responses": {"200": {"description": "config"}},
+            }
+        },
+        "/health": {
+            "get": {
+                "summary": "Readiness of the LLM, embedder and store",
+                "responses": {"200": {"description": "ok"}, "503": {"description": "degraded"}},
+            }
+        },
     }
     return {
         "openapi": "3.1.0",
-        "info": {"title": "rag_worker", "version": __version__,
-                 "description": "Stateless RAG worker: every call carries the conversation; see WORKER_API.md"},
-        "components": {"schemas": components,
-                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "info": {
+            "title": "rag_worker",
+            "version": __version__,
+            "description": "Stateless RAG worker: every call carries the conversation; see WORKER_API.md",
+        },
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
         "security": [{"bearer": []}],
         "paths": paths,
     }

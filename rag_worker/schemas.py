@@ -118,14 +118,20 @@ def check_chat_limits(req: ChatRequest, settings: Settings) -> None:
     if not req.prompt.strip():
         raise BadRequest("prompt must not be empty", code="invalid_field", field="prompt")
     if len(req.prompt) > settings.max_prompt_chars:
-        raise BadRequest(f"prompt is longer than {settings.max_prompt_chars} characters",
-                         code="invalid_field", field="prompt")
+        raise BadRequest(
+            f"prompt is longer than {settings.max_prompt_chars} characters",
+            code="invalid_field",
+            field="prompt",
+        )
     if len(req.history) > settings.max_history_messages:
-        raise PayloadTooLarge(f"history has {len(req.history)} messages; the limit is "
-                              f"{settings.max_history_messages}", field="history")
+        raise PayloadTooLarge(
+            f"history has {len(req.history)} messages; the limit is {settings.max_history_messages}",
+            field="history",
+        )
     chars = sum(len(m.content) for m in req.history)
     if chars > settings.max_history_chars:
-        raise PayloadTooLarge(f"history holds {chars} characters; the limit is {settings.max_history_chars}",
-                              field="history")
+        raise PayloadTooLarge(
+            f"history holds {chars} characters; the limit is {settings.max_history_chars}", field="history"
+        )
     if len(req.docs) > settings.max_docs:
         raise PayloadTooLarge(f"{len(req.docs)} docs sent; the limit is {settings.max_docs}", field="docs")

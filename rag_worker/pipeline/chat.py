@@ -42,8 +42,12 @@ def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None
     if options.route != "direct" or request.docs:
         for index in request.indexes:
             if not services.store.exists(index):
-                raise NotFound(f"index '{index}' does not exist; add documents to it first (POST /add_document "
-                               "or POST /index)", code="unknown_index", field="index")
+                raise NotFound(
+                    f"index '{index}' does not exist; add documents to it first (POST /add_document "
+                    "or POST /index)",
+                    code="unknown_index",
+                    field="index",
+                )
             services.store.check_compatible(index)
     return Turn(services, request, options, services.llm.resolve(), cancel or CancelToken())
 
@@ -84,8 +88,12 @@ def _run(turn: Turn) -> Iterator[Event]:
             with turn.timed("rewrite_ms"):
                 rw = rewrite.rewrite(turn)
             query, rewritten = rw.query, rw.rewritten
-            yield turn.step("rewriting", f"Searching for: {query}" if rewritten else "The question stands alone",
-                            rw.method, rewritten=rewritten)
+            yield turn.step(
+                "rewriting",
+                f"Searching for: {query}" if rewritten else "The question stands alone",
+                rw.method,
+                rewritten=rewritten,
+            )
         if opts.route == "auto":
             yield turn.step("triage", "Deciding whether the documents are needed")
             with turn.timed("triage_ms"):
@@ -129,7 +137,9 @@ def _run(turn: Turn) -> Iterator[Event]:
         if opts.provenance != "none" and documents:
             yield turn.step("provenance", "Measuring how much each document contributed")
             with turn.timed("provenance_ms"):
-                turn.flags["provenance_method"] = provenance.attribute(turn, reply, documents, opts.provenance)
+                turn.flags["provenance_method"] = provenance.attribute(
+                    turn, reply, documents, opts.provenance
+                )
 
     turn.timings["total_ms"] = turn.elapsed_ms()
     yield Done(_answer(turn, reply, rewritten, documents, fetched_new, route, cited, abstained))
@@ -144,7 +154,11 @@ def _retrieve(turn: Turn, query: str):
         with turn.timed("hyde_ms"):
             vector = retrieve.hyde_vector(turn, query)
         turn.flags["hyde"] = vector is not None
-    scope = f"{len(req.datasets)} dataset{'s' if len(req.datasets) != 1 else ''}" if req.datasets else "all datasets"
+    scope = (
+        f"{len(req.datasets)} dataset{'s' if len(req.datasets) != 1 else ''}"
+        if req.datasets
+        else "all datasets"
+    )
     yield turn.step("retrieving", f"Searching {scope} ({opts.mode})", opts.mode)
     with turn.timed("retrieve_ms"):
         hits = retrieve.search(turn, query, vector)
@@ -155,8 +169,13 @@ def _retrieve(turn: Turn, query: str):
     yield turn.step("evaluating", "Checking the passages answer the question")
     with turn.timed("evaluate_ms"):
         verdict = relevance.judge(turn, query, hits)
-    yield turn.step("evaluating", verdict.reason, verdict.method, relevant=verdict.relevant,
-                    evidence=round(verdict.evidence, 4))
+    yield turn.step(
+        "evaluating",
+        verdict.reason,
+        verdict.method,
+        relevant=verdict.relevant,
+        evidence=round(verdict.evidence, 4),
+    )
     if not verdict.relevant:
         yield turn.step("retrying", "Searching again with a better query")
         with turn.timed("retry_ms"):
@@ -167,8 +186,14 @@ def _retrieve(turn: Turn, query: str):
             hits, used_query = relevance.best_of(turn, query, hits, retry_hits, better)
             verdict = relevance.judge(turn, used_query, hits)
         turn.flags["retried"] = {"query": better, "method": how}
-        yield turn.step("retrying", verdict.reason, verdict.method, query=better, relevant=verdict.relevant,
-                        evidence=round(verdict.evidence, 4))
+        yield turn.step(
+            "retrying",
+            verdict.reason,
+            verdict.method,
+            query=better,
+            relevant=verdict.relevant,
+            evidence=round(verdict.evidence, 4),
+        )
     turn.flags["evidence"] = round(verdict.evidence, 4)
     if not verdict.relevant:
         return [], True
@@ -183,8 +208,16 @@ def _retrieve(turn: Turn, query: str):
     return documents, False
 
 
-def _answer(turn: Turn, reply: str, rewritten: str | None, documents: list[dict], fetched_new: bool, route: str,
-            cited: list[dict], abstained: bool) -> dict:
+def _answer(
+    turn: Turn,
+    reply: str,
+    rewritten: str | None,
+    documents: list[dict],
+    fetched_new: bool,
+    route: str,
+    cited: list[dict],
+    abstained: bool,
+) -> dict:
     req = turn.request
     history = [m.model_dump() for m in req.history]
     history.append({"role": "user", "content": req.prompt})

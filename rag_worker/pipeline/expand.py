@@ -26,7 +26,9 @@ def to_document(hit, rank: int, ref: str) -> dict:
         "score": round(float(hit.score), 6),
         "vector_score": None if hit.vector_score is None else round(float(hit.vector_score), 4),
         "fts_score": None if hit.fts_score is None else round(float(hit.fts_score), 4),
-        "rerank_score": None if getattr(hit, "rerank_score", None) is None else round(float(hit.rerank_score), 4),
+        "rerank_score": None
+        if getattr(hit, "rerank_score", None) is None
+        else round(float(hit.rerank_score), 4),
         "provenance": None,
         "rank": rank,
         "ref": ref,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from .cues import is_follow_up, max_similarity
 from .turn import Turn, history_excerpt
 
-REUSE_ABOVE = 0.55      # the message itself is about the documents already in hand
+REUSE_ABOVE = 0.55  # the message itself is about the documents already in hand
 FOLLOW_UP_REUSE_ABOVE = 0.35
 FETCH_BELOW = 0.20
 
@@ -42,9 +42,13 @@ def check(turn: Turn) -> FetchDecision:
         text = f"{last_user_question(turn)} {turn.request.prompt}"
     sim = max_similarity(turn.embed_query(text), doc_vectors)
     if sim >= REUSE_ABOVE or (follow_up and sim >= FOLLOW_UP_REUSE_ABOVE):
-        return FetchDecision(False, "similarity", f"the documents in hand match the question ({sim:.2f})", sim)
+        return FetchDecision(
+            False, "similarity", f"the documents in hand match the question ({sim:.2f})", sim
+        )
     if sim < FETCH_BELOW:
-        return FetchDecision(True, "similarity", f"the documents in hand don't match the question ({sim:.2f})", sim)
+        return FetchDecision(
+            True, "similarity", f"the documents in hand don't match the question ({sim:.2f})", sim
+        )
     listing = "\n".join(f"- {d.filename}: {(d.text or '')[:160]}" for d in docs[:8])
     body = f"Sources already retrieved:\n{listing}\n\nConversation:\n{history_excerpt(turn)}\n\nFollow-up: {turn.request.prompt}"
     verdict = turn.ask_yes_no(turn.prompt("fetch_check"), body)
@@ -52,4 +56,3 @@ def check(turn: Turn) -> FetchDecision:
         return FetchDecision(True, "fallback", f"unsure ({sim:.2f}) and no model answer: search again", sim)
     reason = "the model asked for a new search" if verdict else "the model found the documents in hand enough"
     return FetchDecision(verdict, "llm", reason, sim)
-

@@ -31,8 +31,11 @@ def llm_messages(turn: Turn, system: str, sources: str | None) -> list[dict]:
             break
         budget -= cost
         kept.append({"role": msg.role, "content": msg.content})
-    messages = [{"role": "system", "content": system}, *reversed(kept),
-                {"role": "user", "content": turn.request.prompt}]
+    messages = [
+        {"role": "system", "content": system},
+        *reversed(kept),
+        {"role": "user", "content": turn.request.prompt},
+    ]
     if sources:
         messages.append({"role": "system", "content": sources})
     return messages
@@ -40,8 +43,13 @@ def llm_messages(turn: Turn, system: str, sources: str | None) -> list[dict]:
 
 def stream_answer(turn: Turn, messages: list[dict]) -> Iterator[str]:
     """Tokens from the generation model; closing this iterator stops the model."""
-    stream = turn.llm.backend.stream(messages, model=turn.generation_model, temperature=turn.options.temperature,
-                                     max_tokens=turn.options.max_tokens, cancel=turn.cancel)
+    stream = turn.llm.backend.stream(
+        messages,
+        model=turn.generation_model,
+        temperature=turn.options.temperature,
+        max_tokens=turn.options.max_tokens,
+        cancel=turn.cancel,
+    )
     with contextlib.closing(stream):
         yield from stream
 
@@ -51,7 +59,7 @@ def words_of(text: str) -> Iterator[str]:
     start = 0
     for i, ch in enumerate(text):
         if ch == " " and i > start:
-            yield text[start:i + 1]
+            yield text[start : i + 1]
             start = i + 1
     if start < len(text):
         yield text[start:]

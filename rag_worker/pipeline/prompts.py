@@ -29,9 +29,7 @@ DEFAULTS: dict[str, str] = {
         "below, or whether it is general conversation or a task that needs no documents (greetings, writing, "
         "arithmetic, translation). Answer YES if the documents are needed, NO otherwise. Answer YES or NO."
     ),
-    "relevance": (
-        "Do the passages below contain information that answers the question? Answer YES or NO."
-    ),
+    "relevance": ("Do the passages below contain information that answers the question? Answer YES or NO."),
     "retry": (
         "A search for the question below found nothing relevant. Write a better search query for the same "
         "information: other words, synonyms, the key technical terms. Reply with the query only."

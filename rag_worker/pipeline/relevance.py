@@ -10,9 +10,43 @@ from .turn import Turn
 
 log = logging.getLogger("rag_worker.pipeline")
 
-QUESTION_WORDS = {"what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "are", "does",
-                  "do", "did", "can", "could", "should", "would", "the", "a", "an", "of", "in", "on", "to",
-                  "for", "and", "or", "about", "tell", "me", "please", "explain", "there", "any"}
+QUESTION_WORDS = {
+    "what",
+    "which",
+    "who",
+    "whom",
+    "whose",
+    "when",
+    "where",
+    "why",
+    "how",
+    "is",
+    "are",
+    "does",
+    "do",
+    "did",
+    "can",
+    "could",
+    "should",
+    "would",
+    "the",
+    "a",
+    "an",
+    "of",
+    "in",
+    "on",
+    "to",
+    "for",
+    "and",
+    "or",
+    "about",
+    "tell",
+    "me",
+    "please",
+    "explain",
+    "there",
+    "any",
+}
 
 
 @dataclass
@@ -53,12 +87,17 @@ def judge(turn: Turn, query: str, hits: list) -> Verdict:
     if verdict is None:
         mid = (s.relevant_above + s.abstain_below) / 2
         return Verdict(score >= mid, "fallback", score, f"unsure ({score:.2f}) and no model answer")
-    return Verdict(verdict, "llm", score, "the model judged the passages " + ("relevant" if verdict else "off topic"))
+    return Verdict(
+        verdict, "llm", score, "the model judged the passages " + ("relevant" if verdict else "off topic")
+    )
 
 
 def improved_query(turn: Turn, query: str) -> tuple[str, str]:
     """A second attempt at the search: the model's reformulation, else the query's content words."""
-    messages = [{"role": "system", "content": turn.prompt("retry")}, {"role": "user", "content": f"Question: {query}"}]
+    messages = [
+        {"role": "system", "content": turn.prompt("retry")},
+        {"role": "user", "content": f"Question: {query}"},
+    ]
     try:
         candidate = turn.utility_chat(messages, max_tokens=64).strip().splitlines()
         candidate = candidate[0].strip().strip('"') if candidate else ""
@@ -76,5 +115,3 @@ def best_of(turn: Turn, query: str, first: list, second: list, second_query: str
     a = evidence(turn, query, first)
     b = evidence(turn, second_query, second)
     return (second, second_query) if b > a else (first, query)
-
-

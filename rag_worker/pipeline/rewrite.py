@@ -31,10 +31,13 @@ def rewrite(turn: Turn) -> Rewrite:
         return Rewrite(prompt, None, "heuristic")
     messages = [
         {"role": "system", "content": turn.prompt("rewrite")},
-        {"role": "user", "content": (
-            f"Conversation:\n{history_excerpt(turn)}\n\n"
-            f"Rewrite the question below as a standalone question.\nQuestion: {prompt}"
-        )},
+        {
+            "role": "user",
+            "content": (
+                f"Conversation:\n{history_excerpt(turn)}\n\n"
+                f"Rewrite the question below as a standalone question.\nQuestion: {prompt}"
+            ),
+        },
     ]
     try:
         candidate = clean(turn.utility_chat(messages, max_tokens=96))

@@ -23,7 +23,10 @@ def make_title(services: Services, question: str) -> str:
         llm = services.llm.resolve()
         raw = llm.backend.chat(
             [{"role": "system", "content": DEFAULTS["title"]}, {"role": "user", "content": question[:2000]}],
-            model=llm.utility_model, temperature=0.0, max_tokens=24)
+            model=llm.utility_model,
+            temperature=0.0,
+            max_tokens=24,
+        )
     except Exception as exc:
         log.warning("title from the model failed, using the question's words: %s", exc)
         return fallback_title(question)

@@ -22,9 +22,14 @@ def triage(turn: Turn, query: str) -> Triage:
     forced = turn.options.route
     if forced in ("rag", "direct"):
         return Triage(forced, "forced", f"options.route = {forced}")
-    probe = turn.services.store.search(turn.request.indexes, query, mode="vector",
-                                       datasets=turn.request.datasets or None, limit=1,
-                                       vector=turn.embed_query(query))
+    probe = turn.services.store.search(
+        turn.request.indexes,
+        query,
+        mode="vector",
+        datasets=turn.request.datasets or None,
+        limit=1,
+        vector=turn.embed_query(query),
+    )
     sim = probe[0].vector_score if probe else None
     if sim is not None and sim >= turn.settings.triage_rag_above:
         return Triage("rag", "retrieval_score", f"closest passage similarity {sim:.2f}", sim)

@@ -82,7 +82,9 @@ class Turn:
 
     def utility_chat(self, messages: list[dict], max_tokens: int = 64) -> str:
         """A short call to the utility model; the caller falls back to its model-free answer on failure."""
-        return self.llm.backend.chat(messages, model=self.llm.utility_model, temperature=0.0, max_tokens=max_tokens)
+        return self.llm.backend.chat(
+            messages, model=self.llm.utility_model, temperature=0.0, max_tokens=max_tokens
+        )
 
     def ask_yes_no(self, instruction: str, body: str) -> bool | None:
         """Ask the utility model a YES/NO question; None when it is unavailable or answers neither."""

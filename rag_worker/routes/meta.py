@@ -55,21 +55,23 @@ def health():
 def config():
     svc = services()
     s = svc.settings
-    return jsonify({
-        "settings": s.public_dict(),
-        "defaults": {
-            "route": "auto",
-            "rewrite": True,
-            "hyde": False,
-            "rerank": bool(s.reranker_model),
-            "mode": "hybrid",
-            "top_k": s.top_k,
-            "provenance": "rerank" if s.reranker_model else "similarity",
-            "temperature": None,
-        },
-        "prompts": DEFAULTS,
-        "reranker": s.reranker_model or None,
-    })
+    return jsonify(
+        {
+            "settings": s.public_dict(),
+            "defaults": {
+                "route": "auto",
+                "rewrite": True,
+                "hyde": False,
+                "rerank": bool(s.reranker_model),
+                "mode": "hybrid",
+                "top_k": s.top_k,
+                "provenance": "rerank" if s.reranker_model else "similarity",
+                "temperature": None,
+            },
+            "prompts": DEFAULTS,
+            "reranker": s.reranker_model or None,
+        }
+    )
 
 
 @bp.get("/openapi.json")

@@ -1,0 +1,55 @@
+"""Session fixtures for integration tests: the fake Ollama and a real worker (gunicorn + gevent) on loopback."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.corpus import build_corpus_index
+from tests.ollama_server import FakeOllama
+from tests.servers import worker_process
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+OLLAMA_ENV = {"LLM_BACKEND": "ollama", "GENERATION_MODEL": "qwen3:8b", "UTILITY_MODEL": "qwen3:0.6b"}
+
+
+@pytest.fixture(scope="session")
+def fake_ollama_server():
+    with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_ollama(fake_ollama_server):
+    """The session's fake Ollama, reset to its defaults after each test that tweaks it."""
+    fake = fake_ollama_server
+    yield fake
+    fake.set_down(False)
+    fake.token_delay_s = 0.0
+    fake.fail_after_tokens = None
+    fake.error_after_tokens = None
+    fake.replies.clear()
+    from tests.ollama_server import default_responder
+
+    fake.responder = default_responder
+
+
+@pytest.fixture(scope="session")
+def corpus_root(tmp_path_factory):
+    """An index store holding the test corpus in the index `corpus` (real LanceDB, real embeddings)."""
+    root = tmp_path_factory.mktemp("worker")
+    build_corpus_index(root / "index_store", "corpus")
+    return root
+
+
+@pytest.fixture(scope="session")
+def worker(corpus_root, fake_ollama_server):
+    """The real worker on the corpus, talking to the fake Ollama through the real `ollama` client."""
+    proc = worker_process(
+        corpus_root, env={"OLLAMA_HOST": fake_ollama_server.url, "SSE_KEEPALIVE_S": "1", **OLLAMA_ENV}
+    )
+    with proc:
+        yield proc
