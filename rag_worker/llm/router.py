@@ -51,7 +51,13 @@ class LLMRouter:
     def health(self) -> dict:
         resolved = self.resolve()
         probe = self.probe()
+        if resolved.backend is self.local:
+            usable = not self.local.health().get("error")
+        else:
+            usable = probe.reachable and has_model(probe.models, resolved.generation_model)
         return {
+            # Can a turn be answered now? The worker's /health and the gateway's both read this.
+            "ok": usable,
             "backend": resolved.backend.backend,
             "generation_model": resolved.generation_model,
             "utility_model": resolved.utility_model,
