@@ -43,6 +43,20 @@ def local_files_only(model: str) -> bool:
     return offline or Path(model).is_dir()
 
 
+def max_input_tokens(config, tokenizer, wanted: int) -> int:
+    """`wanted`, capped by what the model can embed: longer inputs would overrun its position embeddings."""
+    limits = [wanted]
+    tok_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_max, int) and 0 < tok_max < 1_000_000:  # "no limit" is a huge sentinel
+        limits.append(tok_max)
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        # RoBERTa-family models reserve two positions for the padding offset.
+        offset = 2 if "roberta" in str(getattr(config, "model_type", "")) else 0
+        limits.append(positions - offset)
+    return max(1, min(limits))
+
+
 def model_identity(model: str) -> str:
     """A stable name for a model given as a hub id or a local directory (recorded on tables, shown in /health)."""
     path = Path(model)
@@ -92,6 +106,7 @@ class Embedder:
                 code="embedder_unavailable",
             ) from exc
         self._model.eval()
+        self.max_length = max_input_tokens(self._model.config, self._tok, max_length)
         self._torch = torch
         self._tok_lock = native_lock()
         self.dim = int(self._model.config.hidden_size)

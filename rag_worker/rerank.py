@@ -1,0 +1,82 @@
+"""Cross-encoder reranking: score (query, passage) pairs with a sequence-classification model.
+
+No cross-encoder ships in a package reachable offline (MODELS.md), so this runs only when RERANKER_MODEL names a
+local directory or a model already in the local HF cache; otherwise the worker relies on hybrid fusion alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .embeddings import local_files_only, max_input_tokens, model_identity, native_lock
+from .errors import Unavailable
+from .runtime import offload
+
+
+class Reranker:
+    def __init__(self, model: str, *, torch_threads: int = 0, max_length: int = 512, batch_size: int = 16):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        if torch_threads > 0:
+            torch.set_num_threads(torch_threads)
+        self.model_path = str(model)
+        local_only = local_files_only(self.model_path)
+        try:
+            self._tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=local_only)
+            self._model = AutoModelForSequenceClassification.from_pretrained(
+                self.model_path, local_files_only=local_only
+            )
+        except (OSError, ValueError) as exc:
+            raise Unavailable(
+                f"reranker model {self.model_path!r} could not be loaded from local files: {exc}",
+                code="reranker_unavailable",
+            ) from exc
+        self.num_labels = int(self._model.config.num_labels)
+        if self.num_labels not in (1, 2):
+            raise Unavailable(
+                f"reranker model {self.model_path!r} has {self.num_labels} labels; a cross-encoder has 1 "
+                "(a relevance logit) or 2 (not relevant, relevant)",
+                code="reranker_unavailable",
+            )
+        self._model.eval()
+        self._torch = torch
+        self.model_id = model_identity(self.model_path)
+        self.max_length = max_input_tokens(self._model.config, self._tok, max_length)
+        self.batch_size = max(1, batch_size)
+        self._tok_lock = native_lock()  # a fast tokenizer is not safe to call from two threads at once
+
+    def describe(self) -> dict:
+        return {"model": self.model_id, "path": self.model_path, "max_length": self.max_length}
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """A 0..1 relevance score per text, in the order given (higher = more relevant)."""
+        texts = list(texts)
+        scores = [0.0] * len(texts)
+        # Similar lengths per batch: less padding. One offload per batch keeps the gevent loop responsive.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            for i, s in zip(idx, offload(self._forward, query, [texts[i] for i in idx]), strict=True):
+                scores[i] = s
+        return scores
+
+    def _forward(self, query: str, texts: list[str]) -> list[float]:
+        torch = self._torch
+        with self._tok_lock:
+            # longest_first: a long question is cut as well, where only_second would fail on it.
+            enc = self._tok(
+                [query] * len(texts),
+                texts,
+                padding=True,
+                truncation="longest_first",
+                max_length=self.max_length,
+                return_tensors="pt",
+            )
+        with torch.inference_mode():
+            logits = self._model(**enc).logits.float()
+        if self.num_labels == 1:
+            probs = torch.sigmoid(logits[:, 0])
+        else:
+            probs = torch.softmax(logits, dim=-1)[:, 1]
+        return [float(p) for p in probs.cpu()]
