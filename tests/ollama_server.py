@@ -71,9 +71,11 @@ def _sources(messages: Iterator[dict]) -> list[tuple[int, str]]:
 
 
 def _first_sentence(block: str) -> str:
-    text = " ".join(block.split())
-    # A source header such as "(policy.pdf, page 3)" is not the sentence the answer quotes.
-    text = re.sub(r"^\([^)]*\)\s*", "", text)
+    lines = [ln.strip() for ln in block.splitlines() if ln.strip()]
+    # A header line such as "policy.pdf, page 3" (no closing punctuation) is not what the answer quotes.
+    if len(lines) > 1 and not lines[0].endswith((".", "!", "?")):
+        lines = lines[1:]
+    text = re.sub(r"^\([^)]*\)\s*", "", " ".join(lines))
     sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
     return sentence.rstrip(".!?")
 
@@ -498,7 +500,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(404, b"404 page not found", "text/plain; charset=utf-8")
 
     def _json(self, status: int, data: dict) -> None:
-        self._send(status, json.dumps(data).encode(), "application/json; charset=utf-8")
+        self._send(
+            status, json.dumps(data, separators=(",", ":")).encode(), "application/json; charset=utf-8"
+        )
 
     def _send(self, status: int, data: bytes, content_type: str, length: int | None = None) -> None:
         self.send_response(status)
@@ -517,7 +521,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _chunk(self, obj: dict) -> None:
-        data = json.dumps(obj).encode() + b"\n"
+        data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 

@@ -130,6 +130,23 @@ class _DequeStreamer:
             self.printed = len(text)
 
 
+def _fit_context(inputs: Any, config: Any, new_tokens: int) -> Any:
+    """Keep the prompt's tail when it would overflow the context window (the question and sources come last).
+
+    A degraded answer beats a failed turn; Ollama truncates the same way (num_ctx).
+    """
+    limit = getattr(config, "max_position_embeddings", None)
+    if not limit:
+        return inputs
+    room = max(limit - new_tokens, limit // 2)
+    if inputs["input_ids"].shape[-1] <= room:
+        return inputs
+    log.warning(
+        "prompt of %d tokens cut to its last %d for the local model", inputs["input_ids"].shape[-1], room
+    )
+    return {key: value[:, -room:] for key, value in inputs.items()}
+
+
 def _run_native(fn: Callable[[], None]) -> None:
     """Start fn in a real OS thread (gevent's pool when monkey-patched: threading.Thread would be a greenlet)."""
     if gevent_active():
@@ -281,6 +298,8 @@ class LocalBackend:
         inputs = tokenizer.apply_chat_template(
             chat, add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
+        new_tokens = max_tokens or DEFAULT_MAX_TOKENS
+        inputs = _fit_context(inputs, model.config, new_tokens)
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature is not None and temperature > 0:
             sampling = {"do_sample": True, "temperature": float(temperature), "top_p": 0.95}
@@ -290,7 +309,7 @@ class LocalBackend:
                 with torch.inference_mode():
                     model.generate(
                         **inputs,
-                        max_new_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+                        max_new_tokens=new_tokens,
                         # A 135M model loops easily when greedy; a mild penalty keeps answers readable.
                         repetition_penalty=1.1,
                         pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,

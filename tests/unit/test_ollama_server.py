@@ -163,3 +163,20 @@ def test_default_responder_behaves_like_a_small_grounded_model():
         default_responder("m", [{"role": "user", "content": "hi"}], {})
         == "Hello! I am a test model. You said: hi"
     )
+
+
+def test_default_responder_reads_the_workers_source_layout():
+    sources = (
+        "Sources for the user's latest question (cite them as [S1], [S2], ...):\n\n"
+        "[S1] tower.md, page 2\nThe Eiffel Tower is 330 metres tall. It was finished in 1889.\n\n"
+        "[S2] fruit.md\nBananas are yellow when ripe."
+    )
+    messages = [
+        {"role": "system", "content": "Cite sources as [S1], [S2], ..."},
+        {"role": "user", "content": "How tall is the Eiffel Tower?"},
+        {"role": "system", "content": sources},
+    ]
+    assert (
+        default_responder("m", messages, {})
+        == "According to the sources, The Eiffel Tower is 330 metres tall [S1]."
+    )
