@@ -34,7 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 PID_FILE = "run_system.json"
-STOP_GRACE_S = 30.0  # gunicorn's graceful_timeout is 20 s; give it a margin before SIGKILL
+# gunicorn's graceful_timeout is 20 s and uvicorn's graceful shutdown 35 s (streams in flight finish); a margin
+# on top before SIGKILL.
+STOP_GRACE_S = 40.0
 
 
 # --------------------------------------------------------------------------------------------- processes
@@ -421,7 +423,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     if with_gateway:
         gateway_env = {**env, "WORKER_URL": worker_url}
         if args.no_web:
-            gateway_env["SERVE_WEB"] = "false"
+            # The gateway serves WEB_DIR at "/": an empty folder leaves only its API (and /health) answering.
+            no_web = logs_dir / "no-web"
+            no_web.mkdir(exist_ok=True)
+            gateway_env["WEB_DIR"] = str(no_web)
         children.append(
             Child(
                 "gateway",
