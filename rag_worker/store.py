@@ -68,6 +68,7 @@ class Hit:
     fts_score: float | None = None  # BM25 score of the chunk for the query
     vector_rank: int | None = None  # 1-based
     fts_rank: int | None = None  # 1-based
+    rerank_score: float | None = None  # set by the pipeline's rerank stage when a cross-encoder runs
 
     def to_dict(self) -> dict:
         return asdict(self)
