@@ -43,6 +43,11 @@ def serve(argv: list[str]) -> int:
             from rag_worker.logs import configure_logging
 
             configure_logging()
+            import platform
+
+            # Docling asks platform.processor() (a subprocess) from gevent's native thread pool, where gevent
+            # cannot watch child processes; answering it once here, on the main loop, caches the answer.
+            _ = platform.uname().processor
             return create_app()
 
     WorkerApplication().run()
