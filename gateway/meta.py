@@ -78,6 +78,8 @@ async def health(request: Request) -> JSONResponse:
     except ApiError as exc:
         report["worker"] = "down"
         report["worker_error"] = exc.message
+    if c.settings.ollama_host:
+        report["ollama"] = "ok" if await c.worker.ollama_reachable(c.settings.ollama_host) else "down"
     down = [part for part in ("database", "worker", "ollama") if report[part] in ("down", "degraded")]
     if down:
         report["status"] = "down"

@@ -27,6 +27,8 @@ class Settings(BaseSettings):
     # Indexing an upload runs the embedder; on a small CPU that takes minutes.
     worker_upload_timeout_s: float = Field(default=900.0, alias="WORKER_UPLOAD_TIMEOUT_S")
     worker_max_connections: int = Field(default=500, alias="WORKER_MAX_CONNECTIONS")
+    # When set, /health asks Ollama directly (a fresh answer); unset, it reports the worker's view of its LLM.
+    ollama_host: str | None = Field(default=None, alias="OLLAMA_HOST")
     title_timeout_s: float = Field(default=30.0, alias="TITLE_TIMEOUT_S")
 
     jwt_secret: SecretStr | None = Field(default=None, alias="JWT_SECRET")

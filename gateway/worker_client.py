@@ -115,6 +115,15 @@ class WorkerClient:
             body = {}
         return resp.status_code, body if isinstance(body, dict) else {}
 
+    async def ollama_reachable(self, host: str) -> bool:
+        # Its own client: the worker's API key must not travel to another host.
+        try:
+            async with httpx.AsyncClient(timeout=5.0) as probe:
+                resp = await probe.get(host.rstrip("/") + "/api/tags")
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
     async def config(self) -> dict:
         return await self.request_json("GET", "/config", timeout=10.0)
 

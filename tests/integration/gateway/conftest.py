@@ -1,0 +1,75 @@
+"""The real worker and the real gateway on loopback, with the fake Ollama; started once per test module.
+
+With TEST_DATABASE_URL set (scripts/start_postgres.sh) the gateway runs on a fresh Postgres database instead of
+its default SQLite file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import httpx
+import pytest
+
+from tests.integration.ops.postgres import fresh_database, postgres_url
+from tests.ollama_server import FakeOllama, default_responder
+from tests.servers import gateway_process, worker_process
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+OLLAMA_ENV = {"LLM_BACKEND": "ollama", "GENERATION_MODEL": "qwen3:8b", "UTILITY_MODEL": "qwen3:0.6b"}
+MAX_UPLOAD_BYTES = 256 * 1024
+
+
+@pytest.fixture(scope="module")
+def ollama_server():
+    with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake:
+        yield fake
+
+
+@pytest.fixture
+def ollama(ollama_server):
+    """The module's fake Ollama, put back to its defaults after a test that tweaks it."""
+    yield ollama_server
+    ollama_server.set_down(False)
+    ollama_server.token_delay_s = 0.0
+    ollama_server.fail_after_tokens = None
+    ollama_server.error_after_tokens = None
+    ollama_server.replies.clear()
+    ollama_server.responder = default_responder
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, ollama_server):
+    """(worker, gateway) sharing one uploads folder, as in deploy/."""
+    tmp = tmp_path_factory.mktemp("gateway-stack")
+    worker_env = {
+        "OLLAMA_HOST": ollama_server.url,
+        "SSE_KEEPALIVE_S": "1",
+        "TORCH_THREADS": "1",
+        **OLLAMA_ENV,
+    }
+    gateway_env = {
+        "MAX_UPLOAD_BYTES": str(MAX_UPLOAD_BYTES),
+        "SSE_KEEPALIVE_S": "5",
+        "OLLAMA_HOST": ollama_server.url,
+    }
+    with contextlib.ExitStack() as stack:
+        if postgres_url():
+            gateway_env["DATABASE_URL"] = stack.enter_context(fresh_database(postgres_url()))
+        worker = stack.enter_context(worker_process(tmp, env=worker_env))
+        gateway = stack.enter_context(gateway_process(tmp, worker_url=worker.url, env=gateway_env))
+        yield worker, gateway
+
+
+@pytest.fixture(scope="module")
+def gateway(stack):
+    return stack[1]
+
+
+@pytest.fixture(scope="module")
+def api(gateway):
+    with httpx.Client(base_url=gateway.url, timeout=300) as client:
+        yield client
