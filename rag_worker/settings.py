@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     utility_model: str = Field(default="qwen3:0.6b", alias="UTILITY_MODEL")
     # The embedded fallback generator (used when Ollama is absent or LLM_BACKEND=local).
     local_model: str = Field(default="", alias="LOCAL_MODEL")
+    # Thinking models (qwen3, deepseek-r1): false sends think=false to Ollama for a fast first token; unset leaves
+    # the model's default. Thinking text is never shown either way.
+    ollama_think: bool | None = Field(default=None, alias="OLLAMA_THINK")
     llm_timeout_s: float = Field(default=120.0, alias="LLM_TIMEOUT_S")
 
     embedding_model: str = Field(default="", alias="EMBEDDING_MODEL")

@@ -27,7 +27,7 @@ class LLMRouter:
     def __init__(self, settings: Settings, *, probe_ttl_s: float = PROBE_TTL_S):
         self.settings = settings
         self.probe_ttl_s = probe_ttl_s
-        self.ollama = OllamaBackend(settings)
+        self.ollama = OllamaBackend(settings, think=settings.ollama_think)
         # Built now (cheap: no weights are read until the first chat or stream).
         self.local = LocalBackend(settings)
         self._probe: _Probe | None = None
