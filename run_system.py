@@ -440,8 +440,10 @@ def cmd_start(args: argparse.Namespace) -> int:
     state = {
         "supervisor": {"pid": os.getpid(), "ticks": start_ticks(os.getpid())},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        # What the children were started with: --health from another shell checks these, not its own env.
         "ollama": settings.ollama_host,
         "llm_backend": settings.llm_backend,
+        "models": [settings.generation_model, settings.utility_model],
         "components": [c.name for c in children],
         "no_web": bool(args.no_web),
         "children": [],
@@ -596,7 +598,7 @@ class Row:
 
 
 def health_rows(args: argparse.Namespace) -> list[Row]:
-    from rag_worker.preflight import configured_models, probe_ollama
+    from rag_worker.preflight import configured_models
 
     settings = load_settings()
     running = read_pid_file(args.logs_dir) or {}
@@ -611,32 +613,10 @@ def health_rows(args: argparse.Namespace) -> list[Row]:
 
     worker = get_json(worker_url + "/health")
     llm = worker.body.get("llm") or {}
-    backend = settings.llm_backend
-    # With LLM_BACKEND=auto the worker falls back to the embedded model, so a missing Ollama is a warning.
-    ollama_needed = backend == "ollama"
-    if backend == "local":
-        rows.append(Row("ollama", "not used", settings.ollama_host, "LLM_BACKEND=local", True))
-    else:
-        st = probe_ollama(settings.ollama_host, configured_models(settings))
-        if st.ready:
-            rows.append(
-                Row("ollama", "ok", st.host, f"models pulled: {', '.join(configured_models(settings))}", True)
-            )
-        elif st.reachable:
-            pulls = "; ".join(f"ollama pull {m}" for m in st.missing)
-            rows.append(Row("ollama", "degraded", st.host, f"missing models: {pulls}", not ollama_needed))
-        else:
-            note = "" if ollama_needed else " (embedded model answers)"
-            rows.append(
-                Row(
-                    "ollama",
-                    "down" if ollama_needed else "absent",
-                    st.host,
-                    f"{st.error}{note}",
-                    not ollama_needed,
-                )
-            )
-
+    backend = running.get("llm_backend") or settings.llm_backend
+    ollama_host = running.get("ollama") or settings.ollama_host
+    models = [m for m in running.get("models") or configured_models(settings) if m]
+    rows.append(ollama_row(ollama_host, backend, models))
     rows.append(_service_row("worker", worker_url, worker, describe_llm(llm) if worker.body else ""))
     if "gateway" in components:
         gateway = get_json(gateway_url + "/health")
@@ -645,6 +625,23 @@ def health_rows(args: argparse.Namespace) -> list[Row]:
     else:
         rows.append(Row("gateway", "not started", gateway_url, "started with --worker-only", True))
     return rows
+
+
+def ollama_row(host: str, backend: str, models: list[str]) -> Row:
+    from rag_worker.preflight import probe_ollama
+
+    if backend == "local":
+        return Row("ollama", "not used", host, "LLM_BACKEND=local", True)
+    # With LLM_BACKEND=auto the worker falls back to the embedded model, so a missing Ollama is a warning.
+    needed = backend == "ollama"
+    st = probe_ollama(host, models)
+    if st.ready:
+        return Row("ollama", "ok", st.host, f"models pulled: {', '.join(models)}", True)
+    if st.reachable:
+        pulls = "; ".join(f"ollama pull {m}" for m in st.missing)
+        return Row("ollama", "degraded", st.host, f"missing models: {pulls}", not needed)
+    note = "" if needed else " (embedded model answers)"
+    return Row("ollama", "down" if needed else "absent", st.host, f"{st.error}{note}", not needed)
 
 
 def _part(value) -> str:

@@ -86,11 +86,11 @@ class RunSystem:
         self.proc: subprocess.Popen | None = None
         self.state: dict = {}
 
-    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "run_system.py", "--logs-dir", str(self.logs), *args],
             cwd=ROOT,
-            env=self.env,
+            env={**self.env, **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -197,7 +197,8 @@ def test_first_start_builds_a_demo_index_of_the_project_docs(system):
 
 
 def test_health_is_zero_with_everything_up(system):
-    result = system.cli("--health")
+    # From another terminal whose environment knows nothing of this start: the pid file says what to check.
+    result = system.cli("--health", env={"OLLAMA_HOST": "http://127.0.0.1:9", "LLM_BACKEND": "auto"})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines()[1:4]}
     assert rows == {"ollama": "ok", "worker": "ok", "gateway": "ok"}, result.stdout
