@@ -48,6 +48,14 @@ class Converter:
     def pdf_pipeline(self) -> str:
         return "standard" if self.artifacts_path else "native"
 
+    def prepare(self) -> None:
+        """Import Docling and build its converter now, on the calling (main) thread.
+
+        Under gevent this must not first happen in the native thread pool: importing Docling calls
+        `platform.processor()`, which runs a subprocess, and gevent can only watch children from its main loop.
+        """
+        self._converter()
+
     def _converter(self):
         if self._docling is None:
             from docling.datamodel.base_models import InputFormat

@@ -121,6 +121,7 @@ def parts(services: Services) -> _Parts:
                 converter=Converter(artifacts_path=s.docling_artifacts_path, limits=limits),
                 chunker=Chunker(embedder.tokenizer, budget),
             )
+            built.converter.prepare()
             _parts[services] = built
         return built
 
