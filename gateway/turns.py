@@ -160,7 +160,8 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
 
 
 def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
-    """Both messages and the new chat state, in one transaction; releases the turn lock."""
+    """Both messages and the new chat state, in one transaction. The turn lock is released here, or, for a
+    chat still to be named, once the title is stored (so a reload after the turn always shows it)."""
     done = rec.done or {}
     gate = {"layer": 1, "route": plan.route, "reason": plan.reason}
     with c.db.session() as s:
@@ -195,7 +196,8 @@ def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
         if plan.datasets_changed:
             chat.datasets = plan.datasets
         chat.updated_at = utcnow()
-        chat.turn_started_at = None
+        if not plan.needs_title:
+            chat.turn_started_at = None
         s.add(chat)
         s.commit()
         rec.user_message_id, rec.message_id = user_msg.id, assistant.id
@@ -254,9 +256,10 @@ def fallback_title(message: str) -> str:
 
 
 def store_title(c: Context, chat_id: int, title: str) -> None:
+    """Name the chat and end its turn. Only if still untitled: a title the user set meanwhile wins."""
     with c.db.session() as s:
-        # Only if still untitled: a title the user set meanwhile wins.
         s.exec(update(Chat).where(col(Chat.id) == chat_id, col(Chat.title).is_(None)).values(title=title))
+        s.exec(update(Chat).where(col(Chat.id) == chat_id).values(turn_started_at=None))
         s.commit()
 
 
@@ -308,7 +311,11 @@ async def run_turn(c: Context, plan: TurnPlan, out: asyncio.Queue) -> TurnRecord
                 frame("saved", {"message_id": rec.message_id, "user_message_id": rec.user_message_id})
             )
             if plan.needs_title:
-                out.put_nowait(frame("title", {"title": await name_chat(c, plan)}))
+                try:
+                    out.put_nowait(frame("title", {"title": await name_chat(c, plan)}))
+                except BaseException:
+                    await asyncio.shield(in_thread(release_lock, c, plan.chat_id))
+                    raise
         except Exception:
             log.exception("storing the turn in chat %s failed", plan.chat_id)
             await in_thread(release_lock, c, plan.chat_id)
