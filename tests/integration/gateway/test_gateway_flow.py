@@ -136,14 +136,16 @@ def test_the_json_route_returns_the_same_finished_turn(api, user, duck_index):
     assert turn["title"] and stored["title"] == turn["title"]
 
 
-def test_datasets_scope_the_turn_and_are_kept_with_the_chat(api, user, duck_index, ollama):
+def test_datasets_scope_the_turn_and_are_kept_with_the_chat(api, user, duck_index):
     chat = api.post("/api/chats", json={"index_ids": [duck_index["id"]]}, headers=user).json()
-    turn = stream_turn(api, chat["id"], user, message="What do ducks eat?", datasets=["nothing-here"])
-    assert "done" in dict(turn) or "error" in dict(turn)
+    turn = stream_turn(api, chat["id"], user, message="What do ducks eat?", datasets=["animals"])
+    done = dict(turn)["done"]
+    assert done["documents"] and all(d["dataset"] == "animals" for d in done["documents"])
     stored = wait_idle(api, chat["id"], user)
-    if "done" in dict(turn):
-        assert stored["state"]["datasets"] == ["nothing-here"]
-        assert all(d["dataset"] == "nothing-here" for d in dict(turn)["done"]["documents"])
+    assert stored["state"]["datasets"] == stored["datasets"] == ["animals"]
+    # The next turn, sent without datasets, keeps the chat's scope.
+    assert "saved" in dict(stream_turn(api, chat["id"], user, message="Where do they live?"))
+    assert wait_idle(api, chat["id"], user)["state"]["datasets"] == ["animals"]
 
 
 def test_the_original_file_downloads_and_a_document_can_be_removed(api, user):
