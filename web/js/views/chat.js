@@ -179,13 +179,17 @@ export class ChatView {
     }
   }
 
+  // Before the first message there is no chat yet: a scope picked now is kept in `pendingScope`, and a new
+  // chat searches all of the user's indexes unless told otherwise.
   chatIndexIds() {
     if (this.chat) return this.chat.index_ids || [];
+    if (this.pendingScope) return this.pendingScope.index_ids;
     return (this.indexes || []).map((index) => index.id);
   }
 
   chatDatasets() {
-    return this.chat?.datasets || this.chat?.state?.datasets || [];
+    if (this.chat) return this.chat.datasets || this.chat.state?.datasets || [];
+    return this.pendingScope?.datasets || [];
   }
 
   updateScope() {

@@ -1,28 +1,20 @@
-// Admin settings: the defaults the gateway sends with every turn (models, switches, prompts).
-// The form is built from whatever GET /api/settings returns, so a new setting needs no UI change:
-// booleans become switches, numbers number fields, long or prompt-like text a textarea, objects a group.
+// Admin settings: the turn options the gateway sends with every chat turn (GET/PUT /api/settings).
+// Every field may be left on "default", which leaves the worker's own default in force; the worker's
+// effective defaults (`worker_defaults`, from its /config) are shown next to each field.
 
 import { api } from "../api.js";
 import { announce, h, icon, mount } from "../dom.js";
 
-const LABELS = {
-  generation_model: "Answer model",
-  utility_model: "Utility model (rewrite, triage, titles)",
-  top_k: "Passages per answer",
-  hyde: "HyDE search passage",
-  rerank: "Rerank passages",
-  rewrite: "Rewrite follow-up questions",
-  provenance: "Provenance scoring",
-};
-
-function labelFor(key) {
-  return LABELS[key] || key.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
-}
+const SWITCHES = [
+  ["rewrite", "Rewrite follow-up questions", "Turns “and the second one?” into a standalone search query."],
+  ["hyde", "HyDE", "Searches with a drafted answer passage as well as the question."],
+  ["rerank", "Rerank passages", "Orders candidate passages with the cross-encoder before answering."],
+];
+const PROVENANCE = ["rerank", "similarity", "none"];
 
 export class SettingsView {
   constructor(shell) {
     this.shell = shell;
-    this.values = null;
     this.body = h("div", { class: "settings-body" }, h("p", { class: "muted", text: "Loading…" }));
     this.element = h(
       "section",
@@ -34,109 +26,205 @@ export class SettingsView {
 
   async start() {
     document.title = "Settings · RAG Chat";
+    let data;
     try {
-      this.values = await api.getSettings();
+      data = await api.getSettings();
     } catch (err) {
-      if (err.status === 403) mount(this.body, h("p", { class: "notice", text: "Only an administrator can change settings." }));
-      else if (err.status !== 401) mount(this.body, h("p", { class: "form-error", role: "alert", text: err.message }));
+      if (err.status !== 401) mount(this.body, h("p", { class: "form-error", role: "alert", text: err.message }));
       return;
     }
+    this.options = data?.options || {};
+    this.worker = data?.worker_defaults || null;
     this.render();
   }
 
   render() {
+    const defaults = this.worker?.defaults || {};
+    const workerSettings = this.worker?.settings || {};
+    const prompts = this.worker?.prompts || {};
+    const o = this.options;
     const status = h("p", { class: "save-status", role: "status" });
+
+    const model = h("input", {
+      class: "input",
+      id: "setting-model",
+      value: o.model ?? "",
+      placeholder: workerSettings.generation_model ? `default: ${workerSettings.generation_model}` : "worker default",
+      autocomplete: "off",
+    });
+    const temperature = h("input", {
+      class: "input",
+      id: "setting-temperature",
+      type: "number",
+      min: 0,
+      max: 2,
+      step: 0.1,
+      value: o.temperature ?? "",
+      placeholder: "model default",
+    });
+    const topK = h("input", {
+      class: "input",
+      id: "setting-top_k",
+      type: "number",
+      min: 1,
+      max: 50,
+      step: 1,
+      value: o.top_k ?? "",
+      placeholder: defaults.top_k ? `default: ${defaults.top_k}` : "worker default",
+    });
+    const provenance = select(
+      "setting-provenance",
+      [["", `Default${defaults.provenance ? ` (${defaults.provenance})` : ""}`], ...PROVENANCE.map((p) => [p, p])],
+      o.provenance ?? "",
+    );
+    const switches = SWITCHES.map(([key, label, help]) => {
+      const fallback = typeof defaults[key] === "boolean" ? ` (${defaults[key] ? "on" : "off"})` : "";
+      const value = typeof o[key] === "boolean" ? (o[key] ? "on" : "off") : "";
+      return { key, control: select(`setting-${key}`, [["", `Default${fallback}`], ["on", "On"], ["off", "Off"]], value), label, help };
+    });
+
+    const promptNames = [...new Set([...Object.keys(prompts), ...Object.keys(o.prompts || {})])];
+    const promptFields = promptNames.map((name) => {
+      const fallback = prompts[name] ?? "";
+      const area = h("textarea", {
+        class: "input prompt",
+        id: `setting-prompt-${name}`,
+        rows: 6,
+        value: o.prompts?.[name] ?? fallback,
+        dataset: { prompt: name },
+      });
+      const badge = h("span", { class: "tag" });
+      const sync = () => {
+        const custom = area.value !== fallback;
+        badge.textContent = custom ? "customised" : "default";
+        badge.classList.toggle("accent", custom);
+      };
+      area.addEventListener("input", sync);
+      sync();
+      return {
+        name,
+        area,
+        fallback,
+        element: h(
+          "div",
+          { class: "field wide prompt-field" },
+          h(
+            "div",
+            { class: "prompt-head" },
+            h("label", { for: area.id, text: humanise(name) }),
+            badge,
+            fallback
+              ? h("button", {
+                  class: "link-button small",
+                  type: "button",
+                  text: "Reset to default",
+                  onclick: () => {
+                    area.value = fallback;
+                    sync();
+                  },
+                })
+              : null,
+          ),
+          area,
+        ),
+      };
+    });
+
     const form = h(
       "form",
       {
         class: "settings-form",
         onsubmit: async (event) => {
           event.preventDefault();
+          const options = {};
+          if (model.value.trim()) options.model = model.value.trim();
+          if (temperature.value !== "") options.temperature = Number(temperature.value);
+          if (topK.value !== "") options.top_k = Number(topK.value);
+          if (provenance.value) options.provenance = provenance.value;
+          for (const { key, control } of switches) if (control.value) options[key] = control.value === "on";
+          const custom = {};
+          for (const { name, area, fallback } of promptFields) if (area.value !== fallback) custom[name] = area.value;
+          if (Object.keys(custom).length) options.prompts = custom;
           status.textContent = "Saving…";
           status.className = "save-status";
           try {
-            const saved = await api.putSettings(readGroup(form, this.values, ""));
-            if (saved && typeof saved === "object") this.values = saved;
+            const saved = await api.putSettings({ options });
+            this.options = saved?.options || options;
             status.replaceChildren(icon("check"), h("span", { text: "Saved. New turns use these settings." }));
             status.className = "save-status ok";
             announce("Settings saved");
           } catch (err) {
-            status.textContent = err.message;
+            status.textContent = err.status === 403 ? "Only an administrator can change settings." : err.message;
             status.className = "save-status form-error";
           }
         },
       },
-      p("These are the defaults the gateway sends with every chat turn."),
-      renderGroup(this.values, ""),
+      h("p", { class: "muted", text: "Defaults the gateway sends with every chat turn. Leave a field on default to use the worker's own setting." }),
+      h(
+        "fieldset",
+        { class: "card settings-group" },
+        h("legend", { text: "Models" }),
+        h(
+          "div",
+          { class: "settings-fields" },
+          field("setting-model", "Answer model", model, "An Ollama tag or model id the worker can load."),
+          field("setting-temperature", "Temperature", temperature),
+        ),
+      ),
+      h(
+        "fieldset",
+        { class: "card settings-group" },
+        h("legend", { text: "Retrieval" }),
+        h(
+          "div",
+          { class: "settings-fields" },
+          switches.map(({ key, control, label, help }) => field(`setting-${key}`, label, control, help)),
+          field("setting-top_k", "Passages per answer", topK),
+          field("setting-provenance", "Provenance scoring", provenance, "How “used 42%” on source cards is measured."),
+        ),
+      ),
+      promptFields.length
+        ? h("fieldset", { class: "card settings-group" }, h("legend", { text: "Prompts" }), promptFields.map((p) => p.element))
+        : null,
+      this.worker ? workerInfo(workerSettings, this.worker.reranker) : h("p", { class: "notice", text: "The worker did not answer; its defaults are not shown." }),
       h("div", { class: "form-actions" }, status, h("button", { class: "button primary", type: "submit", text: "Save settings" })),
     );
     mount(this.body, form);
   }
 }
 
-function p(text) {
-  return h("p", { class: "muted", text });
+function field(id, label, control, help = "") {
+  return h(
+    "div",
+    { class: "field" },
+    h("label", { for: id, text: label }),
+    control,
+    help ? h("span", { class: "field-help muted", text: help }) : null,
+  );
 }
 
-function fieldId(path) {
-  return `setting-${path.replace(/[^A-Za-z0-9_-]/g, "-")}`;
+function select(id, choices, value) {
+  return h(
+    "select",
+    { class: "input", id },
+    choices.map(([v, label]) => h("option", { value: v, selected: v === value, text: label })),
+  );
 }
 
-function renderGroup(values, prefix) {
-  const scalars = [];
-  const groups = [];
-  for (const [key, value] of Object.entries(values || {})) {
-    const path = prefix ? `${prefix}.${key}` : key;
-    if (value && typeof value === "object" && !Array.isArray(value)) {
-      groups.push(h("fieldset", { class: "card settings-group" }, h("legend", { text: labelFor(key) }), renderGroup(value, path)));
-    } else {
-      scalars.push(renderField(key, value, path));
-    }
-  }
-  return [scalars.length ? h("div", { class: "settings-fields" }, scalars) : null, ...groups];
+function humanise(name) {
+  return name.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
 }
 
-function renderField(key, value, path) {
-  const id = fieldId(path);
-  const isPrompt = /prompt|template|instruction/i.test(path);
-  if (typeof value === "boolean") {
-    return h(
-      "label",
-      { class: "switch-field", for: id },
-      h("input", { type: "checkbox", role: "switch", id, checked: value, dataset: { path, kind: "boolean" } }),
-      h("span", { class: "switch", "aria-hidden": "true" }),
-      h("span", { text: labelFor(key) }),
-    );
-  }
-  let input;
-  if (typeof value === "number") {
-    input = h("input", { class: "input", type: "number", step: "any", id, value: String(value), dataset: { path, kind: "number" } });
-  } else if (Array.isArray(value)) {
-    input = h("input", { class: "input", id, value: value.join(", "), dataset: { path, kind: "list" } });
-  } else if (isPrompt || (typeof value === "string" && value.length > 80)) {
-    input = h("textarea", { class: "input prompt", id, rows: 6, value: value ?? "", dataset: { path, kind: value === null ? "nullable" : "string" } });
-  } else {
-    input = h("input", { class: "input", id, value: value ?? "", placeholder: value === null ? "default" : "", dataset: { path, kind: value === null ? "nullable" : "string" } });
-  }
-  return h("label", { class: `field${isPrompt ? " wide" : ""}`, for: id }, h("span", { text: labelFor(key) }), input);
-}
-
-function readGroup(form, values, prefix) {
-  const out = {};
-  for (const [key, value] of Object.entries(values || {})) {
-    const path = prefix ? `${prefix}.${key}` : key;
-    if (value && typeof value === "object" && !Array.isArray(value)) {
-      out[key] = readGroup(form, value, path);
-      continue;
-    }
-    const input = form.querySelector(`[data-path="${CSS.escape(path)}"]`);
-    if (!input) continue;
-    const kind = input.dataset.kind;
-    if (kind === "boolean") out[key] = input.checked;
-    else if (kind === "number") out[key] = input.value === "" ? null : Number(input.value);
-    else if (kind === "list") out[key] = input.value.split(",").map((s) => s.trim()).filter(Boolean);
-    else if (kind === "nullable") out[key] = input.value.trim() === "" ? null : input.value;
-    else out[key] = input.value;
-  }
-  return out;
+// Read-only: what the worker runs with, so an admin sees which models the defaults mean.
+function workerInfo(settings, reranker) {
+  const keys = ["llm_backend", "generation_model", "utility_model", "embedding_model", "ollama_host", "top_k"];
+  const rows = keys.filter((k) => settings[k] !== undefined && settings[k] !== "");
+  if (reranker) rows.push("reranker");
+  const value = (k) => String(k === "reranker" ? reranker : settings[k]);
+  return h(
+    "details",
+    { class: "card settings-group worker-info" },
+    h("summary", { text: "Worker configuration (read-only)" }),
+    h("dl", { class: "kv" }, rows.map((k) => [h("dt", { text: humanise(k) }), h("dd", { text: value(k) })])),
+  );
 }

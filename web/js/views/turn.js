@@ -77,6 +77,16 @@ export class AssistantMessage {
   }
 
   addStep({ step, label, elapsed_ms }) {
+    // The worker announces a stage as it starts and again with its outcome ("Searching for: …"):
+    // the second event updates the stage's line instead of adding one.
+    const last = this.steps.at(-1);
+    if (last && last.kind === "step" && last.step === step && last.item.classList.contains("running")) {
+      if (label && label !== last.label) {
+        last.detailEl.textContent = label;
+        last.detailEl.hidden = false;
+      }
+      return;
+    }
     this.pushStep({ step, label: label || STEP_NAMES[step] || step, elapsed_ms, kind: "step" });
   }
 
@@ -84,20 +94,16 @@ export class AssistantMessage {
     const previous = this.steps.at(-1);
     if (previous) this.closeStep(previous, step.elapsed_ms);
     const time = h("span", { class: "step-time" });
+    const detailEl = h("span", { class: "step-detail", text: step.detail || "", hidden: !step.detail });
     const item = h(
       "li",
       { class: `step running ${step.kind}`, dataset: { step: step.step } },
       h("span", { class: "step-icon", "aria-hidden": "true" }),
-      h(
-        "span",
-        { class: "step-text" },
-        h("span", { class: "step-label", text: step.label }),
-        step.detail ? h("span", { class: "step-detail", text: step.detail }) : null,
-      ),
+      h("span", { class: "step-text" }, h("span", { class: "step-label", text: step.label }), detailEl),
       time,
     );
     if (typeof step.elapsed_ms === "number") time.textContent = `at ${formatSeconds(step.elapsed_ms)}`;
-    this.steps.push({ ...step, item, time });
+    this.steps.push({ ...step, item, time, detailEl });
     this.stepList.append(item);
     if (this.state === "streaming") this.stepSummary.textContent = `${step.label}…`;
   }
@@ -248,16 +254,21 @@ export class AssistantMessage {
   renderCard(doc) {
     const place = [doc.dataset, typeof doc.page === "number" ? `p. ${doc.page}` : null].filter(Boolean).join(" · ");
     const score = typeof doc.rerank_score === "number" ? doc.rerank_score : doc.score;
-    const scores = [h("span", { class: "rank", text: `retrieved #${doc.rank}` })];
+    const parts = [`retrieved #${doc.rank}`];
+    let bar = null;
     if (typeof doc.provenance === "number" && this.state === "done") {
       const pct = Math.round(Math.max(0, Math.min(1, doc.provenance)) * 100);
-      scores.push(
-        h("span", { class: "used", text: `used ${pct}%` }),
-        h("span", { class: "used-bar", "aria-hidden": "true" }, h("span", { style: `width: ${pct}%` })),
-      );
+      parts.push(`used ${pct}%`);
+      bar = h("span", { class: "used-bar", "aria-hidden": "true" }, h("span", { style: `width: ${pct}%` }));
     } else if (typeof score === "number") {
-      scores.push(h("span", { class: "score", text: `score ${score.toFixed(score < 0.1 ? 3 : 2)}` }));
+      parts.push(`score ${score.toFixed(Math.abs(score) < 0.1 ? 3 : 2)}`);
     }
+    const scores = [h("span", { class: "score-text", text: parts.join(" · ") }), bar];
+    const title = [
+      typeof doc.score === "number" ? `retrieval score ${doc.score.toFixed(4)}` : null,
+      typeof doc.rerank_score === "number" ? `rerank score ${doc.rerank_score.toFixed(3)}` : null,
+      typeof doc.provenance === "number" ? `provenance ${doc.provenance.toFixed(3)}` : null,
+    ].filter(Boolean).join(", ");
     const text = (doc.text || "").replace(/\s+/g, " ").trim();
     return h(
       "li",
@@ -275,7 +286,7 @@ export class AssistantMessage {
         h("span", { class: "doc-name", text: doc.filename || "document", title: doc.filename || "" }),
       ),
       place ? h("p", { class: "doc-place muted", text: place }) : null,
-      h("p", { class: "doc-scores" }, ...scores),
+      h("p", { class: "doc-scores", title }, ...scores),
       text ? h("p", { class: "doc-snippet", text: text.length > 280 ? `${text.slice(0, 280)}…` : text }) : null,
     );
   }
