@@ -41,7 +41,14 @@ class Services:
     def store(self) -> Store:
         from .store import Store
 
-        return Store(self.settings.lancedb_dir, self.embedder)
+        s = self.settings
+        return Store(
+            s.lancedb_dir,
+            self.embedder,
+            ann_min_rows=s.ann_min_rows,
+            ann_nprobes=s.ann_nprobes,
+            ann_refine_factor=s.ann_refine_factor,
+        )
 
     @cached_property
     def llm(self) -> LLMRouter:

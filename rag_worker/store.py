@@ -50,6 +50,12 @@ CLEANUP_OLDER_THAN = timedelta(hours=1)
 DOCUMENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _WORD_RE = re.compile(r"\w", re.UNICODE)
 _HIT_COLUMNS = ["id", "document_id", "filename", "dataset", "page", "chunk_index", "text", "metadata"]
+# ANN vector index (retrieval latency in docs/benchmarks.md): below ANN_MIN_ROWS LanceDB's exact scan is fast
+# enough and exact; past it the index is built once, and later writes are folded into it by `optimize()`.
+ANN_INDEX_TYPE = "IVF_PQ"
+ANN_MIN_ROWS = 100_000
+ANN_NPROBES = 20
+ANN_REFINE_FACTOR = 10
 
 
 @dataclass
@@ -131,12 +137,24 @@ def _has_words(query: str) -> bool:
 
 
 class Store:
-    def __init__(self, root: Path, embedder: Embedder):
+    def __init__(
+        self,
+        root: Path,
+        embedder: Embedder,
+        *,
+        ann_min_rows: int = ANN_MIN_ROWS,
+        ann_nprobes: int = ANN_NPROBES,
+        ann_refine_factor: int = ANN_REFINE_FACTOR,
+    ):
         import lancedb
 
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder
+        # A table this large gets an ANN vector index after a write (0: never); see docs/benchmarks.md.
+        self.ann_min_rows = int(ann_min_rows)
+        self.ann_nprobes = max(1, int(ann_nprobes))
+        self.ann_refine_factor = max(0, int(ann_refine_factor))
         # Consistency interval 0: every read checks for a newer version, so writes made by another process (the
         # indexing CLI, a second worker) are seen at once; on local disk that check is a cheap listing.
         self._db = lancedb.connect(str(self.root), read_consistency_interval=timedelta(0))
@@ -449,6 +467,7 @@ class Store:
             builder = builder.when_not_matched_by_source_delete(replace_where)
         builder.execute(data)
         self._optimize(table)
+        self._maybe_build_ann(table)
         return removed
 
     def _delete(self, table: LanceTable, where: str) -> int:
@@ -461,6 +480,30 @@ class Store:
     @staticmethod
     def _optimize(table: LanceTable) -> None:
         table.optimize(cleanup_older_than=CLEANUP_OLDER_THAN)
+
+    # -- internals: the ANN vector index ----------------------------------------------------------------------
+
+    @staticmethod
+    def _has_ann(table: LanceTable) -> bool:
+        return any(idx.index_type != "FTS" and "vector" in idx.columns for idx in table.list_indices())
+
+    def _maybe_build_ann(self, table: LanceTable) -> None:
+        if self.ann_min_rows <= 0 or self._has_ann(table) or table.count_rows() < self.ann_min_rows:
+            return
+        self._build_ann(table)
+
+    @staticmethod
+    def _build_ann(table: LanceTable, index_type: str = ANN_INDEX_TYPE) -> None:
+        # Cosine, as the vector leg searches; partitions and sub-vectors are LanceDB's defaults (sqrt(rows)
+        # partitions, dim/16 sub-vectors), which the latency benchmark measured.
+        table.create_index(metric="cosine", vector_column_name="vector", index_type=index_type, replace=True)
+
+    def has_ann(self, index: str) -> bool:
+        return offload(self._has_ann, self._require(index))
+
+    def build_ann(self, index: str, index_type: str = ANN_INDEX_TYPE) -> None:
+        """Build (or rebuild) the ANN vector index now, whatever the table's size."""
+        offload(self._build_ann, self._require(index), index_type)
 
     # -- internals: reads -----------------------------------------------------------------------------------
 
@@ -481,6 +524,10 @@ class Store:
                 q = table.search(qvec, query_type="vector", vector_column_name="vector").distance_type(
                     "cosine"
                 )
+                # Only used when the table has an ANN index: partitions probed, and candidates re-scored exactly.
+                q = q.nprobes(self.ann_nprobes)
+                if self.ann_refine_factor:
+                    q = q.refine_factor(self.ann_refine_factor)
                 if where:
                     q = q.where(where, prefilter=True)
                 rows = q.select([*_HIT_COLUMNS, "_distance"]).limit(leg_limit).to_list()

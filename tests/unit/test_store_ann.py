@@ -1,0 +1,56 @@
+"""The store builds its ANN vector index by itself once a table reaches ANN_MIN_ROWS, and search stays right."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from rag_worker.store import Store
+
+
+def rows(start: int, count: int, dim: int, rng: np.random.Generator) -> list[dict]:
+    vecs = rng.standard_normal((count, dim)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    out = []
+    for i in range(start, start + count):
+        out.append(
+            {
+                "document_id": hashlib.sha256(str(i).encode()).hexdigest(),
+                "filename": f"doc{i}.txt",
+                "dataset": "synthetic",
+                "page": None,
+                "chunk_index": 0,
+                "text": f"passage number {i} about topic {i % 17}",
+                "vector": vecs[i - start],
+            }
+        )
+    return out
+
+
+def test_ann_index_appears_past_the_threshold_and_finds_rows_written_before_and_after(tmp_path, embedder):
+    rng = np.random.default_rng(7)
+    store = Store(tmp_path / "db", embedder, ann_min_rows=600)
+    first = rows(0, 400, embedder.dim, rng)
+    store.add_chunks("big", first)
+    assert not store.has_ann("big")  # below the threshold: exact search only
+
+    second = rows(400, 300, embedder.dim, rng)
+    store.add_chunks("big", second)
+    assert store.has_ann("big")
+
+    later = rows(700, 5, embedder.dim, rng)  # written after the index was trained
+    store.add_chunks("big", later)
+    for row in (first[3], second[10], later[2]):
+        hits = store.search("big", row["text"], mode="vector", vector=row["vector"], limit=5)
+        assert hits[0].filename == row["filename"]
+        assert hits[0].vector_score is not None and hits[0].vector_score > 0.99
+    hybrid = store.search("big", "passage number 42", vector=first[42]["vector"], limit=5)
+    assert hybrid[0].filename == "doc42.txt"
+
+
+def test_no_ann_index_when_disabled(tmp_path, embedder):
+    rng = np.random.default_rng(8)
+    store = Store(tmp_path / "db", embedder, ann_min_rows=0)
+    store.add_chunks("big", rows(0, 700, embedder.dim, rng))
+    assert not store.has_ann("big")
