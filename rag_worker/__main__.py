@@ -39,17 +39,28 @@ def serve(argv: list[str]) -> int:
                 self.cfg.set("accesslog", "-")
 
         def load(self):
+            import platform
+
+            import gevent
+
             from rag_worker.app import create_app
             from rag_worker.logs import configure_logging
 
             configure_logging()
-            import platform
-
             # Docling asks platform.processor() (a subprocess) from gevent's native thread pool, where gevent
             # cannot watch child processes; answering it once here, on the main loop, caches the answer.
             _ = platform.uname().processor
-            return create_app()
+            app = create_app()
+            # Load the embedder in the background so the first question doesn't wait for it.
+            gevent.spawn(app.extensions["rag"].warm_up)
+            return app
 
+    from rag_worker.logs import configure_logging
+    from rag_worker.preflight import run_preflight
+    from rag_worker.settings import Settings
+
+    configure_logging()
+    run_preflight(Settings())
     WorkerApplication().run()
     return 0
 

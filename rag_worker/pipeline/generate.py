@@ -22,23 +22,28 @@ def sources_message(turn: Turn, documents: list[dict]) -> str:
 
 
 def llm_messages(turn: Turn, system: str, sources: str | None) -> list[dict]:
-    """System prompt, as much recent history as the budget allows, the question, then the sources."""
-    budget = turn.settings.context_chars - len(system) - len(sources or "") - len(turn.request.prompt)
+    """One leading system message (instructions, then the sources), recent history, then the question.
+
+    Small models follow a single leading system message far better than instructions split around the
+    question (SmolLM2 answered the Eiffel question only this way). With fresh sources, the history's own source
+    messages are left out: their [S1]... would collide with the new numbering.
+    """
+    head = f"{system}\n\n{sources}" if sources else system
+    budget = turn.settings.context_chars - len(head) - len(turn.request.prompt)
     kept: list[dict] = []
     for msg in reversed(turn.request.history):
+        if sources and msg.role == "system":
+            continue
         cost = len(msg.content)
         if cost > budget:
             break
         budget -= cost
         kept.append({"role": msg.role, "content": msg.content})
-    messages = [
-        {"role": "system", "content": system},
+    return [
+        {"role": "system", "content": head},
         *reversed(kept),
         {"role": "user", "content": turn.request.prompt},
     ]
-    if sources:
-        messages.append({"role": "system", "content": sources})
-    return messages
 
 
 def stream_answer(turn: Turn, messages: list[dict]) -> Iterator[str]:
