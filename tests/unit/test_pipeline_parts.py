@@ -1,0 +1,78 @@
+"""Model-free pieces of the chat pipeline: citations, follow-up cues, rewrite hygiene, titles, streaming splits."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag_worker.pipeline import citations, cues, generate, rewrite
+from rag_worker.pipeline.titles import fallback_title
+
+DOCS = [
+    {"ref": "S1", "id": "a", "filename": "a.md", "page": 2},
+    {"ref": "S2", "id": "b", "filename": "b.pdf"},
+]
+
+
+def test_citations_keep_real_refs_in_order_of_first_use():
+    reply, cited, invented = citations.validate("B says so [S2]. A agrees [S1][S2].", DOCS)
+    assert [c["ref"] for c in cited] == ["S2", "S1"] and invented == []
+    assert cited[1] == {"ref": "S1", "id": "a", "filename": "a.md", "page": 2}
+    assert reply == "B says so [S2]. A agrees [S1][S2]."
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "invented"),
+    [
+        ("Made up [S7].", "Made up.", ["S7"]),
+        ("Mixed [S1, S9] here.", "Mixed [S1] here.", ["S9"]),
+        ("Group [S3; S4] gone, [S2] stays.", "Group gone, [S2] stays.", ["S3", "S4"]),
+    ],
+)
+def test_invented_refs_are_removed_from_the_reply(text, expected, invented):
+    reply, cited, found = citations.validate(text, DOCS)
+    assert reply == expected and found == invented
+    assert all(c["ref"] in {"S1", "S2"} for c in cited)
+
+
+def test_no_documents_means_no_citations():
+    reply, cited, invented = citations.validate("Claim [S1].", [])
+    assert cited == [] and invented == ["S1"] and "[S1]" not in reply
+
+
+@pytest.mark.parametrize(
+    ("text", "follow_up"),
+    [
+        ("Tell me more about that", True),
+        ("And the second one?", True),
+        ("What about Paris?", True),
+        ("Why?", True),
+        ("What is the boiling point of mercury at sea level in kelvin", False),
+        ("Summarise the quarterly revenue report for 2023", False),
+        ("", False),
+    ],
+)
+def test_follow_up_cues(text, follow_up):
+    assert cues.is_follow_up(text) is follow_up
+
+
+def test_rewrite_output_is_cleaned_and_sanity_checked():
+    assert rewrite.clean('Rewritten question: "How far can owls turn their heads?"\nextra') == (
+        "How far can owls turn their heads?"
+    )
+    assert rewrite.clean("Standalone query: owls heads") == "owls heads"
+    assert not rewrite.plausible("", "q")
+    assert not rewrite.plausible("I cannot help with that", "what about it?")
+    assert not rewrite.plausible("x" * 1000, "short question")
+    assert rewrite.plausible("How tall is the Eiffel Tower?", "how tall is it?")
+
+
+def test_fallback_title_takes_the_first_words():
+    assert fallback_title("What do ducks eat?") == "What do ducks eat"
+    assert fallback_title("one two three four five six seven eight") == "one two three four five six…"
+    assert fallback_title("   ") == "New chat"
+
+
+def test_canned_replies_stream_as_words_and_rejoin_exactly():
+    text = "I could not find it.  Try again"
+    pieces = list(generate.words_of(text))
+    assert "".join(pieces) == text and len(pieces) >= 5
