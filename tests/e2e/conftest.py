@@ -90,7 +90,9 @@ class ConsoleLog:
         self.expected: list[str] = []  # substrings of errors a test provokes on purpose (a refused upload)
 
     def watch(self, page) -> None:
-        page.on("console", lambda msg: msg.type == "error" and self.errors.append(f"{msg.text} @ {msg.location}"))
+        page.on(
+            "console", lambda msg: msg.type == "error" and self.errors.append(f"{msg.text} @ {msg.location}")
+        )
         page.on("pageerror", lambda exc: self.errors.append(f"uncaught: {exc}"))
 
     def unexpected(self) -> list[str]:

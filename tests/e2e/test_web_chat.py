@@ -59,7 +59,7 @@ def wait_turn_end(page: Page) -> None:
 
 
 def new_chat(page: Page) -> None:
-    page.get_by_role("link", name="New chat").click()
+    page.get_by_role("link", name="New chat", exact=True).click()
     expect(page.locator(".welcome")).to_be_visible()
 
 
@@ -210,8 +210,12 @@ def test_a_rewritten_follow_up_says_so(page: Page, ollama):
     ask(page, "And what do they eat?")
     wait_turn_end(page)
     turn = last_turn(page)
-    expect(turn.locator(".rewritten-notice")).to_have_text("Your question was rewritten as: What do ducks eat?")
-    expect(turn.locator(".step[data-step='rewriting'] .step-detail")).to_have_text("Searching for: What do ducks eat?")
+    expect(turn.locator(".rewritten-notice")).to_have_text(
+        "Your question was rewritten as: What do ducks eat?"
+    )
+    expect(turn.locator(".step[data-step='rewriting'] .step-detail")).to_have_text(
+        "Searching for: What do ducks eat?"
+    )
 
 
 def test_scoping_a_chat_to_one_dataset(page: Page):
@@ -271,8 +275,8 @@ def test_hostile_markup_renders_inert(page: Page, ollama):
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     hostile = (
-        "Try [this link](javascript:window.__pwned=1) or <a href=\"javascript:window.__pwned=2\">that</a>.\n\n"
-        "<img src=x onerror=\"window.__pwned=3\"> <script>window.__pwned=4</script> **bold** [S1]"
+        'Try [this link](javascript:window.__pwned=1) or <a href="javascript:window.__pwned=2">that</a>.\n\n'
+        '<img src=x onerror="window.__pwned=3"> <script>window.__pwned=4</script> **bold** [S1]'
     )
 
     def responder(model, messages, body):
@@ -280,6 +284,11 @@ def test_hostile_markup_renders_inert(page: Page, ollama):
 
     ollama.responder = responder
     new_chat(page)
+    # No documents for this chat: the turn goes straight to the answer model, which replies with the markup.
+    page.locator(".chip-button").click()
+    page.get_by_role("dialog").get_by_label("pets").uncheck()
+    page.get_by_role("dialog").get_by_role("button", name="Save").click()
+    expect(page.locator(".chip-button")).to_have_text("No documents")
     message = "<script>window.__pwned=5</script> hi [x](javascript:alert(1)) <img src=x onerror=alert(1)>"
     ask(page, message)
     wait_turn_end(page)
@@ -298,6 +307,24 @@ def test_hostile_markup_renders_inert(page: Page, ollama):
     assert dialogs == []
 
 
+def test_an_admin_changes_the_turn_defaults(page: Page):
+    page.get_by_role("link", name="Settings").click()
+    hyde = page.get_by_label("HyDE", exact=True)
+    expect(hyde).to_have_value("")  # "Default (off)": the worker's own default
+    hyde.select_option("on")
+    page.get_by_label("Passages per answer").fill("4")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".save-status")).to_have_text("Saved. New turns use these settings.")
+    page.reload()
+    expect(page.get_by_label("HyDE", exact=True)).to_have_value("on")
+    expect(page.get_by_label("Passages per answer")).to_have_value("4")
+    # Back to the defaults, so the screenshots show a fresh install.
+    page.get_by_label("HyDE", exact=True).select_option("")
+    page.get_by_label("Passages per answer").fill("")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".save-status")).to_have_text("Saved. New turns use these settings.")
+
+
 VIEWS = {
     "login": None,
     "chat": "chat",
@@ -309,21 +336,29 @@ VIEWS = {
 def test_screenshots_of_the_main_views(browser, stack, page: Page, console, screenshots):
     token = page.evaluate("sessionStorage.getItem('rag-chat-token')")
     user = page.evaluate("sessionStorage.getItem('rag-chat-user')")
-    chat_hash = "#/chats/" + page.evaluate(
-        "[...document.querySelectorAll('.chat-link')].map(a => a.hash.split('/').pop())"
-    )[-1]  # the oldest chat: the duck question with its follow-up
+    chat_hash = (
+        "#/chats/"
+        + page.evaluate("[...document.querySelectorAll('.chat-link')].map(a => a.hash.split('/').pop())")[-1]
+    )  # the oldest chat: the duck question with its follow-up
     sizes = {"desktop": {"width": 1280, "height": 860}, "phone": {"width": 390, "height": 844}}
     for size, viewport in sizes.items():
         for scheme in ("light", "dark"):
-            context = browser.new_context(viewport=viewport, color_scheme=scheme, base_url=stack,
-                                          device_scale_factor=1 if size == "desktop" else 2)
+            context = browser.new_context(
+                viewport=viewport,
+                color_scheme=scheme,
+                base_url=stack,
+                device_scale_factor=1 if size == "desktop" else 2,
+            )
             shot = context.new_page()
             console.watch(shot)
             shot.goto("/#/login")
             expect(shot.locator(".login-card")).to_be_visible()
             shot.screenshot(path=str(screenshots / f"login-{size}-{scheme}.png"))
-            shot.evaluate("([t, u]) => { sessionStorage.setItem('rag-chat-token', t); "
-                          "sessionStorage.setItem('rag-chat-user', u); }", [token, user])
+            shot.evaluate(
+                "([t, u]) => { sessionStorage.setItem('rag-chat-token', t); "
+                "sessionStorage.setItem('rag-chat-user', u); }",
+                [token, user],
+            )
             for view, target in VIEWS.items():
                 if target is None:
                     continue

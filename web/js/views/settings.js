@@ -111,7 +111,7 @@ export class SettingsView {
           h(
             "div",
             { class: "prompt-head" },
-            h("label", { for: area.id, text: humanise(name) }),
+            h("label", { for: area.id, text: `${humanise(name)} prompt` }),
             badge,
             fallback
               ? h("button", {
