@@ -1,0 +1,118 @@
+"""Pipeline overhead of a chat turn: time to first token minus the LLM's own time to first token.
+
+    .venv/bin/python -m bench.pipeline_overhead [--chunks 10000] [--queries 40]
+
+Builds (once, cached under .cache/bench/) an index of SciFact sentences, starts the real worker against a
+zero-latency fake Ollama, and streams SciFact test queries through /chat_stream. It prints, per route, the
+worker-side overhead (first_token_ms - llm_first_token_ms from the `done` timings), the client-side time to first
+token, and the stage timings. The baseline in the same run is the direct route (no retrieval): the difference is
+what retrieval, the checks and expansion cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import statistics
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from tests.ollama_server import FakeOllama
+from tests.servers import ROOT, SHARED, worker_process
+from tests.sse import parse_lines
+
+SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def build_index(index_store: Path, chunks: int) -> int:
+    from rag_worker.services import Services
+    from rag_worker.settings import Settings
+
+    services = Services(Settings(INDEX_STORE=str(index_store)))
+    if services.store.exists("bench") and services.store.count("bench") >= chunks:
+        return services.store.count("bench")
+    rows, now = [], datetime.now(UTC).isoformat()
+    with open(SHARED / "eval" / "scifact" / "corpus.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            doc = json.loads(line)
+            for i, sent in enumerate(s for s in SENTENCE.split(doc["text"]) if len(s) > 20):
+                rows.append({"id": hashlib.sha256(f"{doc['_id']}/{i}".encode()).hexdigest()[:32],
+                             "document_id": doc["_id"], "filename": f"{doc['_id']}.txt", "dataset": "scifact",
+                             "page": None, "chunk_index": i, "text": sent, "metadata": {}, "file_bytes": 0,
+                             "indexed_at": now})
+                if len(rows) >= chunks:
+                    break
+            if len(rows) >= chunks:
+                break
+    t0 = time.monotonic()
+    for start in range(0, len(rows), 2000):
+        services.store.add_chunks("bench", rows[start:start + 2000])
+    print(f"indexed {len(rows)} chunks in {time.monotonic() - t0:.0f} s")
+    return len(rows)
+
+
+def queries(n: int) -> list[str]:
+    out = []
+    with open(SHARED / "eval" / "scifact" / "queries.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            out.append(json.loads(line)["text"])
+            if len(out) >= n:
+                break
+    return out
+
+
+def turn(url: str, prompt: str, route: str) -> dict:
+    body = {"prompt": prompt, "index": "bench", "options": {"route": route}}
+    t0 = time.monotonic()
+    first = None
+    with httpx.Client(timeout=300) as c, c.stream("POST", url + "/chat_stream", json=body) as r:
+        for event, data in parse_lines(r.iter_lines()):
+            if event == "token" and first is None:
+                first = (time.monotonic() - t0) * 1000
+            if event == "done":
+                return {"client_first_token_ms": first, **data["timings"], "abstained": data["abstained"]}
+            if event == "error":
+                raise RuntimeError(data)
+    raise RuntimeError("stream ended without done")
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chunks", type=int, default=10_000)
+    ap.add_argument("--queries", type=int, default=40)
+    args = ap.parse_args()
+    base = ROOT / ".cache" / "bench" / f"pipeline_overhead_{args.chunks}"
+    n = build_index(base / "index_store", args.chunks)
+    qs = queries(args.queries)
+    with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake, worker_process(base, env={
+            "OLLAMA_HOST": fake.url, "LLM_BACKEND": "ollama", "GENERATION_MODEL": "qwen3:8b",
+            "UTILITY_MODEL": "qwen3:0.6b"}) as worker:
+        turn(worker.url, "warm up", "rag")
+        results = {route: [turn(worker.url, q, route) for q in qs] for route in ("direct", "rag", "auto")}
+    print(f"\nindex: {n} chunks; {len(qs)} SciFact test queries per route; fake Ollama with zero latency\n")
+    print(f"{'route':8} {'overhead p50':>13} {'p95':>7} {'client TTFT p50':>16} {'p95':>7}  stage p50 (ms)")
+    for route, rows in results.items():
+        over = [r["first_token_ms"] - r["llm_first_token_ms"] for r in rows]
+        client = [r["client_first_token_ms"] for r in rows]
+        stages = {k: statistics.median([r.get(k, 0) for r in rows])
+                  for k in ("triage_ms", "retrieve_ms", "evaluate_ms", "retry_ms", "expand_ms")}
+        stage_txt = " ".join(f"{k[:-3]}={v:.0f}" for k, v in stages.items() if v)
+        print(f"{route:8} {pct(over, .5):>10.0f} ms {pct(over, .95):>5.0f} ms {pct(client, .5):>13.0f} ms "
+              f"{pct(client, .95):>5.0f} ms  {stage_txt}")
+        abst = sum(r["abstained"] for r in rows)
+        if abst:
+            print(f"{'':8} ({abst} of {len(rows)} turns abstained)")
+
+
+if __name__ == "__main__":
+    main()
