@@ -6,21 +6,28 @@ import re
 
 import numpy as np
 
-from .citations import GROUP_RE
+from .citations import GROUP_RE, REF_RE
 from .turn import Turn
 
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 FLOOR = 0.2  # similarity below this is noise for MiniLM-sized embedders: it earns no share
 
 
-def sentences(text: str) -> list[str]:
-    plain = GROUP_RE.sub("", text)
-    return [s.strip() for s in SENTENCE_RE.split(plain) if len(s.strip()) >= 12]
+def sentences(text: str) -> list[tuple[str, set[str]]]:
+    """The answer's sentences without citation markers, each with the refs it cites."""
+    out = []
+    for raw in SENTENCE_RE.split(text):
+        refs = {r for group in GROUP_RE.findall(raw) for r in REF_RE.findall(group)}
+        plain = re.sub(r"\s+([.,;:!?])", r"\1", GROUP_RE.sub("", raw)).strip()
+        if len(plain) >= 12:
+            out.append((plain, refs))
+    return out
 
 
 def attribute(turn: Turn, reply: str, documents: list[dict], mode: str) -> str:
     """Set documents[i]["provenance"] (shares summing to 1, or 0 each when nothing matches). Returns the method."""
-    parts = sentences(reply)
+    found = sentences(reply)
+    parts = [text for text, _ in found]
     if not documents or not parts:
         for d in documents:
             d["provenance"] = 0.0
@@ -42,6 +49,15 @@ def attribute(turn: Turn, reply: str, documents: list[dict], mode: str) -> str:
     credit = np.clip(scores - floor, 0.0, None)
     best = scores.max(axis=1, keepdims=True)
     credit = np.where(scores >= best - 0.05, credit, 0.0)
+    # A sentence that cites sources credits those sources, when they are similar to it at all: the model's own
+    # attribution, checked by similarity rather than taken on trust.
+    refs = [d.get("ref") for d in documents]
+    for row, (_, cited) in enumerate(found):
+        mask = np.array([r in cited for r in refs])
+        if mask.any():
+            cited_credit = np.where(mask, np.clip(scores[row] - floor, 0.0, None), 0.0)
+            if cited_credit.sum() > 0:
+                credit[row] = cited_credit
     totals = credit.sum(axis=0)
     whole = float(totals.sum())
     for d, share in zip(documents, totals, strict=True):

@@ -76,3 +76,10 @@ def test_canned_replies_stream_as_words_and_rejoin_exactly():
     text = "I could not find it.  Try again"
     pieces = list(generate.words_of(text))
     assert "".join(pieces) == text and len(pieces) >= 5
+
+
+def test_provenance_sentences_carry_their_citations():
+    from rag_worker.pipeline.provenance import sentences
+
+    found = sentences("Ducks eat plants and insects [S1]. Drakes are males [S2, S3].\nShort.")
+    assert found == [("Ducks eat plants and insects.", {"S1"}), ("Drakes are males.", {"S2", "S3"})]
