@@ -45,6 +45,10 @@ async def register(request: Request) -> JSONResponse:
             return user
 
     user = await in_thread(create)
+    if user.is_admin:
+        from .indexes import adopt_demo_index
+
+        await adopt_demo_index(c, user.id)
     token = issue_token(user.id, user.username, c.jwt_secret, c.settings.jwt_ttl_s)
     return JSONResponse({"user": user_json(user), "token": token}, status_code=201)
 

@@ -483,3 +483,43 @@ routes = [
     Route("/api/indexes/{id:int}/documents/{document_id:int}/download", download_document, methods=["GET"]),
     Route("/api/indexes/{id:int}/documents/{document_id:int}", delete_document, methods=["DELETE"]),
 ]
+
+
+DEMO_TABLE = "demo"
+
+
+async def adopt_demo_index(c: Context, owner_id: int) -> None:
+    """Give the first (admin) user the `demo` index that run_system.py builds from the project's own docs.
+
+    The worker table exists before anyone has registered, so no gateway row points at it; without this the
+    newcomer the demo is for could not find it in the web chat. A worker without a demo table is fine.
+    """
+    try:
+        listed = await c.worker.get_documents(DEMO_TABLE)
+    except (ApiError, httpx.HTTPError):
+        return
+    if not listed:
+        return
+
+    def create() -> int | None:
+        with c.db.session() as s:
+            if s.exec(select(Index.id).where(Index.worker_name == DEMO_TABLE)).first():
+                return None
+            index = Index(
+                owner_id=owner_id,
+                name="demo",
+                worker_name=DEMO_TABLE,
+                status="ready",
+                description="This project's own README and docs, indexed on first start",
+            )
+            s.add(index)
+            try:
+                s.commit()
+            except IntegrityError:
+                return None
+            s.refresh(index)
+            return index.id
+
+    index_id = await in_thread(create)
+    if index_id is not None:
+        await sync_documents(c, index_id)

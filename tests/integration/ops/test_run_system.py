@@ -196,6 +196,21 @@ def test_first_start_builds_a_demo_index_of_the_project_docs(system):
     assert expected and expected <= names
 
 
+def test_the_first_user_finds_the_demo_index_in_the_chat(system):
+    base = f"http://127.0.0.1:{system.gateway_port}"
+    body = json.dumps({"username": "newcomer", "password": "a long enough password"}).encode()
+    req = urllib.request.Request(
+        base + "/api/auth/register", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        token = json.loads(resp.read())["token"]
+    req = urllib.request.Request(base + "/api/indexes", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        indexes = json.loads(resp.read())
+    demo = [i for i in indexes if i["name"] == "demo"]
+    assert demo and demo[0]["documents"] >= 1, indexes
+
+
 def test_health_is_zero_with_everything_up(system):
     # From another terminal whose environment knows nothing of this start: the pid file says what to check.
     result = system.cli("--health", env={"OLLAMA_HOST": "http://127.0.0.1:9", "LLM_BACKEND": "auto"})
