@@ -41,17 +41,27 @@ def build_index(index_store: Path, chunks: int) -> int:
         for line in fh:
             doc = json.loads(line)
             for i, sent in enumerate(s for s in SENTENCE.split(doc["text"]) if len(s) > 20):
-                rows.append({"id": hashlib.sha256(f"{doc['_id']}/{i}".encode()).hexdigest()[:32],
-                             "document_id": doc["_id"], "filename": f"{doc['_id']}.txt", "dataset": "scifact",
-                             "page": None, "chunk_index": i, "text": sent, "metadata": {}, "file_bytes": 0,
-                             "indexed_at": now})
+                rows.append(
+                    {
+                        "id": hashlib.sha256(f"{doc['_id']}/{i}".encode()).hexdigest()[:32],
+                        "document_id": doc["_id"],
+                        "filename": f"{doc['_id']}.txt",
+                        "dataset": "scifact",
+                        "page": None,
+                        "chunk_index": i,
+                        "text": sent,
+                        "metadata": {},
+                        "file_bytes": 0,
+                        "indexed_at": now,
+                    }
+                )
                 if len(rows) >= chunks:
                     break
             if len(rows) >= chunks:
                 break
     t0 = time.monotonic()
     for start in range(0, len(rows), 2000):
-        services.store.add_chunks("bench", rows[start:start + 2000])
+        services.store.add_chunks("bench", rows[start : start + 2000])
     print(f"indexed {len(rows)} chunks in {time.monotonic() - t0:.0f} s")
     return len(rows)
 
@@ -94,9 +104,18 @@ def main() -> None:
     base = ROOT / ".cache" / "bench" / f"pipeline_overhead_{args.chunks}"
     n = build_index(base / "index_store", args.chunks)
     qs = queries(args.queries)
-    with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake, worker_process(base, env={
-            "OLLAMA_HOST": fake.url, "LLM_BACKEND": "ollama", "GENERATION_MODEL": "qwen3:8b",
-            "UTILITY_MODEL": "qwen3:0.6b"}) as worker:
+    with (
+        FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake,
+        worker_process(
+            base,
+            env={
+                "OLLAMA_HOST": fake.url,
+                "LLM_BACKEND": "ollama",
+                "GENERATION_MODEL": "qwen3:8b",
+                "UTILITY_MODEL": "qwen3:0.6b",
+            },
+        ) as worker,
+    ):
         for warm in ("warm up the store", "warm up the full-text index"):
             turn(worker.url, warm, "rag")
         # Interleaved, and each route gets its own queries: the query-embedding cache must not favour a route.
@@ -105,16 +124,22 @@ def main() -> None:
         for i, q in enumerate(qs):
             route = routes[i % len(routes)]
             results[route].append(turn(worker.url, q, route))
-    print(f"\nindex: {n} chunks; {len(qs)} SciFact queries split over the routes; fake Ollama with zero latency\n")
+    print(
+        f"\nindex: {n} chunks; {len(qs)} SciFact queries split over the routes; fake Ollama with zero latency\n"
+    )
     print(f"{'route':8} {'overhead p50':>13} {'p95':>7} {'client TTFT p50':>16} {'p95':>7}  stage p50 (ms)")
     for route, rows in results.items():
         over = [r["first_token_ms"] - r["llm_first_token_ms"] for r in rows]
         client = [r["client_first_token_ms"] for r in rows]
-        stages = {k: statistics.median([r.get(k, 0) for r in rows])
-                  for k in ("triage_ms", "retrieve_ms", "evaluate_ms", "retry_ms", "expand_ms")}
+        stages = {
+            k: statistics.median([r.get(k, 0) for r in rows])
+            for k in ("triage_ms", "retrieve_ms", "evaluate_ms", "retry_ms", "expand_ms")
+        }
         stage_txt = " ".join(f"{k[:-3]}={v:.0f}" for k, v in stages.items() if v)
-        print(f"{route:8} {pct(over, .5):>10.0f} ms {pct(over, .95):>5.0f} ms {pct(client, .5):>13.0f} ms "
-              f"{pct(client, .95):>5.0f} ms  {stage_txt}")
+        print(
+            f"{route:8} {pct(over, 0.5):>10.0f} ms {pct(over, 0.95):>5.0f} ms {pct(client, 0.5):>13.0f} ms "
+            f"{pct(client, 0.95):>5.0f} ms  {stage_txt}"
+        )
         abst = sum(r["abstained"] for r in rows)
         if abst:
             print(f"{'':8} ({abst} of {len(rows)} turns abstained)")

@@ -9,8 +9,9 @@ class ApiError(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, message: str, *, code: str | None = None, field: str | None = None,
-                 status: int | None = None):
+    def __init__(
+        self, message: str, *, code: str | None = None, field: str | None = None, status: int | None = None
+    ):
         super().__init__(message)
         self.message = message
         if code:

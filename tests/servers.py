@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -41,8 +42,15 @@ def wait_http(url: str, timeout: float = 120.0, proc: subprocess.Popen | None = 
 class ServerProcess:
     """A child process serving HTTP on 127.0.0.1:port; its output goes to a log file kept for debugging."""
 
-    def __init__(self, args: list[str], port: int, env: dict[str, str], log_path: Path,
-                 health_path: str = "/health", cwd: Path = ROOT):
+    def __init__(
+        self,
+        args: list[str],
+        port: int,
+        env: dict[str, str],
+        log_path: Path,
+        health_path: str = "/health",
+        cwd: Path = ROOT,
+    ):
         self.args, self.port, self.env, self.log_path = args, port, env, log_path
         self.health_path, self.cwd = health_path, cwd
         self.proc: subprocess.Popen | None = None
@@ -53,10 +61,12 @@ class ServerProcess:
 
     def start(self, timeout: float = 120.0) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        env = {**os.environ, **self.env}
-        self.proc = subprocess.Popen(self.args, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        # The child writes to this file for its whole life; the parent's copy of the handle is not needed.
+        with open(self.log_path, "ab") as log:
+            env = {**os.environ, **self.env}
+            self.proc = subprocess.Popen(
+                self.args, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         try:
             wait_http(self.url + self.health_path, timeout=timeout, proc=self.proc)
         except Exception as exc:
@@ -71,10 +81,8 @@ class ServerProcess:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=15)
         except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(timeout=5)
 
     def log_tail(self, chars: int = 4000) -> str:
@@ -100,12 +108,17 @@ def worker_process(tmp: Path, *, env: dict[str, str] | None = None, port: int | 
         "TRANSFORMERS_OFFLINE": "1",
         "WORKER_WORKERS": "1",
     }
-    return ServerProcess([sys.executable, "-m", "rag_worker", "serve", "--port", str(port)], port,
-                         {**base, **(env or {})}, tmp / "logs" / f"worker-{port}.log")
+    return ServerProcess(
+        [sys.executable, "-m", "rag_worker", "serve", "--port", str(port)],
+        port,
+        {**base, **(env or {})},
+        tmp / "logs" / f"worker-{port}.log",
+    )
 
 
-def gateway_process(tmp: Path, *, worker_url: str, env: dict[str, str] | None = None,
-                    port: int | None = None) -> ServerProcess:
+def gateway_process(
+    tmp: Path, *, worker_url: str, env: dict[str, str] | None = None, port: int | None = None
+) -> ServerProcess:
     """The real gateway: `python -m gateway serve` (uvicorn) with its SQLite file under `tmp`."""
     port = port or free_port()
     base = {
@@ -113,5 +126,9 @@ def gateway_process(tmp: Path, *, worker_url: str, env: dict[str, str] | None = 
         "UPLOADS_DIR": str(tmp / "shared_uploads"),
         "WORKER_URL": worker_url,
     }
-    return ServerProcess([sys.executable, "-m", "gateway", "serve", "--port", str(port)], port,
-                         {**base, **(env or {})}, tmp / "logs" / f"gateway-{port}.log")
+    return ServerProcess(
+        [sys.executable, "-m", "gateway", "serve", "--port", str(port)],
+        port,
+        {**base, **(env or {})},
+        tmp / "logs" / f"gateway-{port}.log",
+    )
