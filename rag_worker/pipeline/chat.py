@@ -45,7 +45,7 @@ def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None
                 raise NotFound(
                     f"index '{index}' does not exist; add documents to it first (POST /add_document "
                     "or POST /index)",
-                    code="unknown_index",
+                    code="index_not_found",
                     field="index",
                 )
             services.store.check_compatible(index)

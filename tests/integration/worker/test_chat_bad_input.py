@@ -48,7 +48,7 @@ def test_bad_chat_bodies_are_4xx_json(worker, route, body, status, field):
 @pytest.mark.parametrize("route", ["/chat", "/chat_stream"])
 def test_unknown_index_is_404(worker, route):
     resp = httpx.post(worker.url + route, json={"prompt": "hi", "index": "nosuchindex"})
-    assert resp.status_code == 404 and resp.json()["code"] == "unknown_index"
+    assert resp.status_code == 404 and resp.json()["code"] == "index_not_found"
     assert "nosuchindex" in resp.json()["error"]
 
 
