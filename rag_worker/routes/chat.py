@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify
 
-from ..errors import ApiError, BadRequest
+from ..errors import ApiError
 from ..pipeline.chat import prepare, run_turn
 from ..pipeline.events import Done, Error
 from ..schemas import ChatRequest, check_chat_limits, parse
-from ..services import Services
 from ..sse import frame, sse_response
+from . import json_body, services
 
 bp = Blueprint("chat", __name__)
-
-
-def services() -> Services:
-    return current_app.extensions["rag"]
-
-
-def json_body() -> dict:
-    data = request.get_json(silent=True, force=True)
-    if data is None:
-        raise BadRequest("the body must be JSON (Content-Type: application/json)", code="bad_json")
-    return data
 
 
 def load_turn():

@@ -11,7 +11,7 @@ import logging
 import uuid
 from pathlib import Path
 
-from flask import Blueprint, current_app, jsonify, request, send_file
+from flask import Blueprint, jsonify, request, send_file
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
@@ -21,16 +21,13 @@ from ..names import check_filename, check_name
 from ..schemas import parse
 from ..services import Services
 from ..sse import frame, sse_response
+from . import json_body, services
 
 bp = Blueprint("documents", __name__)
 log = logging.getLogger("rag_worker")
 
 INCOMING = ".incoming"  # not a valid index name, so never mistaken for an index's uploads folder
 COPY_BLOCK = 1 << 20
-
-
-def services() -> Services:
-    return current_app.extensions["rag"]
 
 
 class _Body(BaseModel):
@@ -47,13 +44,6 @@ class IndexRequest(_Body):
     index: str = "default"
     rebuild: bool = False
     prune: bool = False
-
-
-def json_body() -> dict:
-    data = request.get_json(silent=True, force=True)
-    if data is None:
-        raise BadRequest("the body must be JSON (Content-Type: application/json)", code="bad_json")
-    return data
 
 
 def read_index_arg() -> str:

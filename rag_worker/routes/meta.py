@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import logging
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, jsonify
 
 from .. import __version__
 from ..openapi import spec
 from ..pipeline.prompts import DEFAULTS
-from ..services import Services
+from . import services
 
 bp = Blueprint("meta", __name__)
 log = logging.getLogger("rag_worker")
-
-
-def services() -> Services:
-    return current_app.extensions["rag"]
 
 
 @bp.get("/health")
