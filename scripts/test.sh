@@ -11,10 +11,11 @@ mkdir -p "$MODEL_CACHE_DIR" test-output
 .venv/bin/ruff check .
 .venv/bin/ruff format --check rag_worker gateway tests bench run_system.py
 
-if [ -f scripts/start_postgres.sh ] && [ -z "${TEST_DATABASE_URL:-}" ]; then
+if [ -z "${TEST_DATABASE_URL:-}" ]; then
   # A throwaway PostgreSQL on loopback so the gateway's suite also runs against it (scale-out path).
-  if url=$(bash scripts/start_postgres.sh); then
-    export TEST_DATABASE_URL="$url"
+  if pg_env=$(bash scripts/start_postgres.sh); then
+    eval "$pg_env"
+    trap 'bash scripts/start_postgres.sh --stop "$PG_TEST_DIR" >/dev/null 2>&1 || true' EXIT
   else
     echo "PostgreSQL could not be started: gateway tests run on SQLite only" >&2
   fi

@@ -1,7 +1,7 @@
 """The real worker and the real gateway on loopback, with the fake Ollama; started once per test module.
 
-With TEST_DATABASE_URL set (scripts/start_postgres.sh) the gateway runs on a fresh Postgres database instead of
-its default SQLite file.
+Every module runs on the gateway's default SQLite file and, when TEST_DATABASE_URL names a server
+(scripts/start_postgres.sh, as CI does), again on a fresh Postgres database: the scale-out database path.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import httpx
 import pytest
 
-from tests.integration.ops.postgres import fresh_database, postgres_url
+from tests.integration.ops.postgres import database_urls, fresh_database
 from tests.ollama_server import FakeOllama, default_responder
 from tests.servers import gateway_process, worker_process
 
@@ -41,8 +41,8 @@ def ollama(ollama_server):
     ollama_server.responder = default_responder
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, ollama_server):
+@pytest.fixture(scope="module", params=database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
+def stack(request, tmp_path_factory, ollama_server):
     """(worker, gateway) sharing one uploads folder, as in deploy/."""
     tmp = tmp_path_factory.mktemp("gateway-stack")
     worker_env = {
@@ -57,8 +57,8 @@ def stack(tmp_path_factory, ollama_server):
         "OLLAMA_HOST": ollama_server.url,
     }
     with contextlib.ExitStack() as stack:
-        if postgres_url():
-            gateway_env["DATABASE_URL"] = stack.enter_context(fresh_database(postgres_url()))
+        if request.param != "sqlite":
+            gateway_env["DATABASE_URL"] = stack.enter_context(fresh_database(request.param))
         worker = stack.enter_context(worker_process(tmp, env=worker_env))
         gateway = stack.enter_context(gateway_process(tmp, worker_url=worker.url, env=gateway_env))
         yield worker, gateway
