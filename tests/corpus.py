@@ -80,3 +80,37 @@ def build_corpus_index(index_store: Path, index: str) -> int:
                 }
             )
     return services.store.add_chunks(index, rows)
+
+
+class OtherEmbedder:
+    """Another embedding model's identity (8 dims): enough to build a table the worker must refuse to use."""
+
+    model_id = "example/other-embedder"
+    model_path = "/models/other-embedder"
+    dim = 8
+
+    def embed_documents(self, texts):
+        import numpy as np
+
+        return np.ones((len(texts), 8), dtype=np.float32) / np.sqrt(8)
+
+
+def build_foreign_index(lancedb_dir: Path, index: str) -> None:
+    """A one-row table written with OtherEmbedder, so its marker names a model the worker doesn't run."""
+    from rag_worker.store import Store
+
+    store = Store(lancedb_dir, OtherEmbedder())
+    if not store.exists(index):
+        store.add_chunks(
+            index,
+            [
+                {
+                    "document_id": "a" * 64,
+                    "filename": "old.txt",
+                    "dataset": "default",
+                    "page": None,
+                    "chunk_index": 0,
+                    "text": "old text",
+                }
+            ],
+        )

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
 
 import httpx
 
 from tests.servers import SHARED
+from tests.sse import parse_lines as events
 
 DUCK = SHARED / "fixtures" / "docling" / "sources" / "duck.md"
 
@@ -17,22 +16,6 @@ def register(api: httpx.Client, username: str, password: str = "a long enough pa
     r = api.post("/api/auth/register", json={"username": username, "password": password})
     assert r.status_code == 201, r.text
     return {"Authorization": f"Bearer {r.json()['token']}"}
-
-
-def events(lines: Iterator[str]) -> Iterator[tuple[str, object]]:
-    """(event, data) pairs as they arrive; comments as (":", text)."""
-    event, data = "message", []
-    for line in lines:
-        if line == "":
-            if data:
-                yield event, json.loads("\n".join(data))
-            event, data = "message", []
-        elif line.startswith(":"):
-            yield ":", line[1:].strip()
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].lstrip())
 
 
 def stream_turn(api: httpx.Client, chat_id: int, headers: dict, **body) -> list[tuple[str, object]]:

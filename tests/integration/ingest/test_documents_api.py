@@ -7,7 +7,6 @@ import threading
 import zipfile
 
 import httpx
-import numpy as np
 import pytest
 
 from tests.integration.ingest.helpers import StoreReader, documents, sse_events, start_worker, upload
@@ -206,34 +205,10 @@ def test_drop_index_removes_table_and_overviews(client, tmp):
 # -- embedder mismatch ---------------------------------------------------------------------------------------------
 
 
-class _OtherEmbedder:
-    """A different embedding model's identity (8 dims): enough to build a table the worker must refuse."""
-
-    model_id = "example/other-embedder"
-    model_path = "/models/other-embedder"
-    dim = 8
-
-    def embed_documents(self, texts):
-        return np.ones((len(texts), 8), dtype=np.float32) / np.sqrt(8)
-
-
 def test_an_index_built_with_another_embedder_is_refused_until_rebuilt(client, tmp):
-    from rag_worker.store import Store
+    from tests.corpus import build_foreign_index
 
-    other = Store(tmp / "index_store" / "lancedb", _OtherEmbedder())
-    other.add_chunks(
-        "foreign",
-        [
-            {
-                "document_id": "a" * 64,
-                "filename": "old.txt",
-                "dataset": "default",
-                "page": None,
-                "chunk_index": 0,
-                "text": "old text",
-            }
-        ],
-    )
+    build_foreign_index(tmp / "index_store" / "lancedb", "foreign")
     (tmp / "shared_uploads" / "foreign").mkdir(parents=True)
     (tmp / "shared_uploads" / "foreign" / "fresh.txt").write_text("Fresh text about lighthouses.")
 

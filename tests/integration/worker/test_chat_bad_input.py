@@ -106,41 +106,11 @@ def test_hostile_prompt_text_is_just_text(worker, fake_ollama):
     assert again.json()["documents"][0]["filename"] == "ducks.md", "the index is intact"
 
 
-class _OtherEmbedder:
-    """Another embedding model's identity (8 dims): a table built with it must not be searched with MiniLM."""
-
-    model_id = "example/other-embedder"
-    model_path = "/models/other-embedder"
-    dim = 8
-
-    def embed_documents(self, texts):
-        import numpy as np
-
-        return np.ones((len(texts), 8), dtype=np.float32) / np.sqrt(8)
-
-
 @pytest.mark.parametrize("route", ["/chat", "/chat_stream"])
 def test_an_index_built_with_another_embedder_is_409_not_garbage(worker, corpus_root, route):
-    from rag_worker.store import Store
+    from tests.corpus import build_foreign_index
 
-    store = Store(corpus_root / "index_store" / "lancedb", _OtherEmbedder())
-    if not store.exists("foreign"):
-        store.add_chunks(
-            "foreign",
-            [
-                {
-                    "document_id": "b" * 64,
-                    "filename": "old.txt",
-                    "dataset": "default",
-                    "page": None,
-                    "chunk_index": 0,
-                    "text": "Old text.",
-                    "metadata": {},
-                    "file_bytes": 9,
-                    "indexed_at": "2026-01-01T00:00:00+00:00",
-                }
-            ],
-        )
+    build_foreign_index(corpus_root / "index_store" / "lancedb", "foreign")
     resp = httpx.post(worker.url + route, json={"prompt": "What is old?", "index": "foreign"}, timeout=60)
     assert resp.status_code == 409 and resp.json()["code"] == "embedder_mismatch"
     assert "example/other-embedder" in resp.json()["error"] and "rebuild" in resp.json()["error"].lower()
