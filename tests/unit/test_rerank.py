@@ -7,37 +7,12 @@ order given, independent of batching, for 1-logit and 2-logit heads, and clear e
 from __future__ import annotations
 
 import math
-import shutil
-from pathlib import Path
 
 import pytest
 
 from rag_worker.errors import Unavailable
 from rag_worker.rerank import Reranker
-from rag_worker.settings import packaged_embedding_model
-
-TOKENIZER_FILES = ["vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
-
-
-def build_cross_encoder(path: Path, num_labels: int) -> Path:
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
-
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        num_labels=num_labels,
-    )
-    BertForSequenceClassification(config).save_pretrained(path)
-    source = Path(packaged_embedding_model())
-    for name in TOKENIZER_FILES:
-        shutil.copy(source / name, path / name)
-    return path
+from tests.tiny_models import build_cross_encoder
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["one-logit", "two-logits"])
