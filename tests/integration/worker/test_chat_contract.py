@@ -234,3 +234,31 @@ def test_health_config_openapi(worker, fake_ollama):
     assert config["defaults"]["top_k"] == 5 and config["settings"]["worker_api_key"] is None
     spec = httpx.get(worker.url + "/openapi.json").json()
     assert {"/chat", "/chat_stream", "/add_document", "/health"} <= spec["paths"].keys()
+
+
+@pytest.mark.parametrize("mode", ["fts", "vector", "hybrid"])
+def test_each_retrieval_mode_finds_the_right_passage(worker, fake_ollama, mode):
+    answer = chat(
+        worker,
+        {
+            "prompt": "How tall is the Eiffel Tower?",
+            "index": "corpus",
+            "options": {"mode": mode, "route": "rag"},
+        },
+    ).json()
+    top = answer["documents"][0]
+    assert top["filename"] == "eiffel.md" and "330 metres" in top["text"]
+    if mode == "fts":
+        assert top["fts_score"] is not None
+    if mode == "vector":
+        assert top["fts_score"] is None and top["vector_score"] > 0.5
+
+
+def test_hyde_searches_with_an_imagined_answer(worker, fake_ollama):
+    before = len(fake_ollama.requests)
+    events = events_of(worker, {"prompt": "What do ducks eat?", "index": "corpus", "options": {"hyde": True}})
+    assert "hyde" in [d["step"] for e, d in events if e == "step"]
+    done = events[-1][1]
+    assert done["flags"]["hyde"] is True and done["documents"][0]["filename"] == "ducks.md"
+    prompts = [m["content"] for r in fake_ollama.requests[before:] for m in r["body"].get("messages", [])]
+    assert any("passage" in p and "answer the question" in p for p in prompts)
