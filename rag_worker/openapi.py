@@ -43,6 +43,45 @@ ANSWER = {
 }
 
 
+ADDED = {
+    "type": "object",
+    "required": ["filename", "dataset", "document_id", "chunks", "replaced"],
+    "properties": {
+        "filename": {"type": "string"},
+        "dataset": {"type": "string"},
+        "document_id": {"type": "string", "description": "sha256 of the file's bytes"},
+        "chunks": {"type": "integer"},
+        "replaced": {"type": "boolean", "description": "an older file of the same name was replaced"},
+        "unchanged": {"type": "boolean", "description": "identical bytes were already indexed: nothing done"},
+    },
+}
+FILE_INFO = {
+    "type": "object",
+    "properties": {
+        "filename": {"type": "string"},
+        "dataset": {"type": "string"},
+        "document_id": {"type": "string"},
+        "chunks": {"type": "integer"},
+        "bytes": {"type": "integer"},
+        "indexed_at": {"type": "string", "format": "date-time"},
+    },
+}
+STEP = {
+    "type": "object",
+    "required": ["step", "label", "elapsed_ms"],
+    "properties": {
+        "step": {"type": "string"},
+        "label": {"type": "string"},
+        "elapsed_ms": {"type": "integer"},
+        "method": {
+            "type": "string",
+            "description": "which path decided: retrieval_score, similarity, llm, ...",
+        },
+        "detail": {"type": "object"},
+    },
+}
+
+
 def _json(schema: dict) -> dict:
     return {"content": {"application/json": {"schema": schema}}}
 
@@ -62,6 +101,9 @@ def spec() -> dict:
             "Answer": ANSWER,
             "Document": Document.model_json_schema(),
             "TitleRequest": TitleRequest.model_json_schema(),
+            "Added": ADDED,
+            "FileInfo": FILE_INFO,
+            "Step": STEP,
         }
     )
     chat_body = {"required": True, **_json({"$ref": "#/components/schemas/ChatRequest"})}
@@ -70,7 +112,9 @@ def spec() -> dict:
             "text/event-stream": {
                 "schema": {
                     "type": "string",
-                    "description": "events: step, documents, token, done (the Answer), error; ': keepalive' comments",
+                    "description": "events: step (Step), documents, token, done (the Answer), error (Error); "
+                    "': keepalive' comments at least every 15 s. /index sends progress {file, dataset, done, total, stage} "
+                    "then done {documents, chunks, seconds, unchanged, failed} or error",
                 }
             }
         }
@@ -113,14 +157,26 @@ def spec() -> dict:
         "/add_document": {
             "post": {
                 "summary": "Upload and index one file (multipart: file, dataset, index)",
-                "responses": {"200": {"description": "the indexed file"}, **_errors(400, 401, 409, 413, 415)},
+                "responses": {
+                    "200": {
+                        "description": "the indexed file",
+                        **_json({"$ref": "#/components/schemas/Added"}),
+                    },
+                    **_errors(400, 401, 409, 413, 415),
+                },
             }
         },
         "/get_documents": {
             "get": {
                 "summary": "Files of an index",
                 "parameters": [index_q],
-                "responses": {"200": {"description": "the files"}, **_errors(400, 404)},
+                "responses": {
+                    "200": {
+                        "description": "the files",
+                        **_json({"type": "array", "items": {"$ref": "#/components/schemas/FileInfo"}}),
+                    },
+                    **_errors(400, 404),
+                },
             }
         },
         "/get_datasets": {
