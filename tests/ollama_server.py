@@ -77,7 +77,10 @@ def _first_sentence(block: str) -> str:
         lines = lines[1:]
     text = re.sub(r"^\([^)]*\)\s*", "", " ".join(lines))
     sentence = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
-    return sentence.rstrip(".!?")
+    words = sentence.split()
+    if len(words) > 40:  # lists and tables have no full stop for a long way: quote a sentence's worth
+        sentence = " ".join(words[:40])
+    return sentence.rstrip(".!?:")
 
 
 def split_pieces(text: str) -> list[str]:
