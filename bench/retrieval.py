@@ -250,7 +250,6 @@ def run_mode(services, data: beir.BeirDataset, mode: str, depth: int) -> ModeRes
 
     doc_of = {filename_for(d): d for d in data.corpus}
     turn = make_turn(services, mode)
-    deep = make_turn(services, mode)
     candidates = services.settings.candidates
     top_run: dict[str, list[str]] = {}
     deep_run: dict[str, list[str]] = {}
@@ -261,7 +260,7 @@ def run_mode(services, data: beir.BeirDataset, mode: str, depth: int) -> ModeRes
         spent += time.perf_counter() - t0
         top_run[qid] = beir.docs_from_hits(hits, lambda h: doc_of.get(h.filename, h.filename))
         if depth > candidates:
-            hits = _stage(retrieve, deep, query, mode, depth)
+            hits = _stage(retrieve, turn, query, mode, depth)
             deep_run[qid] = beir.docs_from_hits(hits, lambda h: doc_of.get(h.filename, h.filename))
         else:
             deep_run[qid] = top_run[qid]
@@ -272,7 +271,7 @@ def run_mode(services, data: beir.BeirDataset, mode: str, depth: int) -> ModeRes
 
 
 def _stage(retrieve, turn, query: str, mode: str, candidates: int):
-    # The Turn reads RETRIEVAL_CANDIDATES from its settings: a shallow and a deep copy share everything else.
+    # The stage reads RETRIEVAL_CANDIDATES from the settings: set for this call (the deep one for Recall@100).
     settings = turn.services.settings
     saved = settings.candidates
     settings.candidates = candidates
