@@ -182,9 +182,9 @@ def _retrieve(turn: Turn, query: str):
             better, how = relevance.improved_query(turn, query)
             retry_hits = retrieve.search(turn, better)
             if opts.rerank:
-                retry_hits = retrieve.rerank(turn, better, retry_hits)
-            hits, used_query = relevance.best_of(turn, query, hits, retry_hits, better)
-            verdict = relevance.judge(turn, used_query, hits)
+                retry_hits = retrieve.rerank(turn, query, retry_hits)
+            hits = relevance.best_of(turn, query, hits, retry_hits)
+            verdict = relevance.judge(turn, query, hits)
         turn.flags["retried"] = {"query": better, "method": how}
         yield turn.step(
             "retrying",

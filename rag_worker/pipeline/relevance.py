@@ -110,8 +110,21 @@ def improved_query(turn: Turn, query: str) -> tuple[str, str]:
     return (keywords or query), "keywords"
 
 
-def best_of(turn: Turn, query: str, first: list, second: list, second_query: str) -> tuple[list, str]:
-    """Keep whichever attempt found stronger evidence (each judged against its own query)."""
-    a = evidence(turn, query, first)
-    b = evidence(turn, second_query, second)
-    return (second, second_query) if b > a else (first, query)
+def rescore(turn: Turn, question: str, hits: list) -> None:
+    """Measure the top hits against the user's own question (a retry searched with other words)."""
+    top = hits[: turn.options.top_k]
+    if not top:
+        return
+    vectors = turn.services.embedder.embed_documents([h.text for h in top])
+    for hit, sim in zip(top, vectors @ turn.embed_query(question), strict=True):
+        hit.vector_score = float(sim)
+
+
+def best_of(turn: Turn, question: str, first: list, second: list) -> list:
+    """Keep whichever attempt found stronger evidence for the question the user asked.
+
+    Both are judged against the original question, never against the retry's wording: a reformulation that
+    drifted off topic must not talk the worker out of abstaining.
+    """
+    rescore(turn, question, second)
+    return second if evidence(turn, question, second) > evidence(turn, question, first) else first

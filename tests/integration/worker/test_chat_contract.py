@@ -262,3 +262,19 @@ def test_hyde_searches_with_an_imagined_answer(worker, fake_ollama):
     assert done["flags"]["hyde"] is True and done["documents"][0]["filename"] == "ducks.md"
     prompts = [m["content"] for r in fake_ollama.requests[before:] for m in r["body"].get("messages", [])]
     assert any("passage" in p and "answer the question" in p for p in prompts)
+
+
+def test_a_retry_that_drifts_off_topic_does_not_talk_the_worker_out_of_abstaining(worker, fake_ollama):
+    from tests.ollama_server import default_responder
+
+    def responder(model, messages, body):
+        if "better search query" in str(messages):
+            return "Ducks eat aquatic plants, small fish, insects and worms."  # on-corpus, off-question
+        return default_responder(model, messages, body)
+
+    fake_ollama.responder = responder
+    events = events_of(worker, {"prompt": "What was the GDP of Mongolia in 1950?", "index": "corpus"})
+    retry = [d for e, d in events if e == "step" and d["step"] == "retrying" and "method" in d]
+    assert retry and retry[0]["detail"]["query"].startswith("Ducks eat")
+    done = events[-1][1]
+    assert done["abstained"] is True and done["documents"] == []
