@@ -106,6 +106,9 @@ class Embedder:
                 code="embedder_unavailable",
             ) from exc
         self._model.eval()
+        # The chunker measures whole documents with the public tokenizer (it never embeds with it): lift its
+        # length limit so each long document doesn't log "sequence length is longer than the maximum".
+        self.tokenizer.model_max_length = 1 << 30
         self.max_length = max_input_tokens(self._model.config, self._tok, max_length)
         self._torch = torch
         self._tok_lock = native_lock()
