@@ -80,12 +80,20 @@ def turn(url: str, prompt: str, route: str) -> dict:
     body = {"prompt": prompt, "index": "bench", "options": {"route": route}}
     t0 = time.monotonic()
     first = None
+    asked_llm = False
     with httpx.Client(timeout=300) as c, c.stream("POST", url + "/chat_stream", json=body) as r:
         for event, data in parse_lines(r.iter_lines()):
+            if event == "step" and data.get("method") == "llm":
+                asked_llm = True
             if event == "token" and first is None:
                 first = (time.monotonic() - t0) * 1000
             if event == "done":
-                return {"client_first_token_ms": first, **data["timings"], "abstained": data["abstained"]}
+                return {
+                    "client_first_token_ms": first,
+                    **data["timings"],
+                    "abstained": data["abstained"],
+                    "asked_llm": asked_llm,
+                }
             if event == "error":
                 raise RuntimeError(data)
     raise RuntimeError("stream ended without done")
@@ -141,8 +149,10 @@ def main() -> None:
             f"{pct(client, 0.95):>5.0f} ms  {stage_txt}"
         )
         abst = sum(r["abstained"] for r in rows)
-        if abst:
-            print(f"{'':8} ({abst} of {len(rows)} turns abstained)")
+        asked = sum(r["asked_llm"] for r in rows)
+        print(
+            f"{'':8} ({abst} of {len(rows)} turns abstained; {asked} asked the utility model in a decision step)"
+        )
 
 
 if __name__ == "__main__":
