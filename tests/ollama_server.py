@@ -187,6 +187,16 @@ class FakeOllama:
             self.start()
         self._down = down
 
+    def reset(self, token_delay_s: float = 0.0) -> None:
+        """Back to a healthy server with the default responder, for the next test after one that tweaked it."""
+        self.set_down(False)
+        self.token_delay_s = token_delay_s
+        self.fail_after_tokens = None
+        self.error_after_tokens = None
+        with self._lock:
+            self.replies.clear()
+        self.responder = default_responder
+
     def __enter__(self) -> FakeOllama:
         return self.start()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ollama_server import FakeOllama, default_responder
+from tests.ollama_server import FakeOllama
 from tests.servers import ROOT, gateway_process, worker_process
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,11 +44,7 @@ def fake_ollama():
 def ollama(fake_ollama):
     """The module's fake Ollama, put back to its defaults after a test that tweaks it."""
     yield fake_ollama
-    fake_ollama.token_delay_s = TOKEN_DELAY_S
-    fake_ollama.fail_after_tokens = None
-    fake_ollama.error_after_tokens = None
-    fake_ollama.replies.clear()
-    fake_ollama.responder = default_responder
+    fake_ollama.reset(token_delay_s=TOKEN_DELAY_S)
 
 
 @pytest.fixture(scope="module")

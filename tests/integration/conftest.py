@@ -25,16 +25,8 @@ def fake_ollama_server():
 @pytest.fixture
 def fake_ollama(fake_ollama_server):
     """The session's fake Ollama, reset to its defaults after each test that tweaks it."""
-    fake = fake_ollama_server
-    yield fake
-    fake.set_down(False)
-    fake.token_delay_s = 0.0
-    fake.fail_after_tokens = None
-    fake.error_after_tokens = None
-    fake.replies.clear()
-    from tests.ollama_server import default_responder
-
-    fake.responder = default_responder
+    yield fake_ollama_server
+    fake_ollama_server.reset()
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.integration.ops.postgres import database_urls, fresh_database
-from tests.ollama_server import FakeOllama, default_responder
+from tests.ollama_server import FakeOllama
 from tests.servers import gateway_process, worker_process
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,12 +33,7 @@ def ollama_server():
 def ollama(ollama_server):
     """The module's fake Ollama, put back to its defaults after a test that tweaks it."""
     yield ollama_server
-    ollama_server.set_down(False)
-    ollama_server.token_delay_s = 0.0
-    ollama_server.fail_after_tokens = None
-    ollama_server.error_after_tokens = None
-    ollama_server.replies.clear()
-    ollama_server.responder = default_responder
+    ollama_server.reset()
 
 
 @pytest.fixture(scope="module", params=database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
