@@ -473,9 +473,11 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(self.fake.token_delay_s)
                 self._chunk({"model": model, "created_at": now_rfc3339(), **payload(piece), "done": False})
                 entry["pieces_sent"] = i + 1
+            # Generation is over before the final line goes out (as in Ollama): mark it first, or a client
+            # that returns on the `done` line could look at the log before this thread gets to it.
+            entry["finished"] = True
             self._chunk(final(""))
             self._end_stream()
-            entry["finished"] = True
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away: stop generating, as Ollama does
 
