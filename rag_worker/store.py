@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -251,6 +252,61 @@ class Store:
         offload(self._db.drop_table, index, ignore_missing=True)
         self._tables.pop(index, None)
         return True
+
+    # -- bulk writes from other processes (the Ray engine writes Lance fragments into the table's folder) -----
+
+    def ensure_table(self, index: str) -> None:
+        """Create the index's table (schema, embedder marker, FTS index) when it does not exist yet."""
+        check_name(index, "index")
+        self._writable(index)
+
+    def table_uri(self, index: str) -> str:
+        """Where the table's Lance dataset lives (a folder, or an object-store URI)."""
+        return str(self._require(index).uri)
+
+    def commit_fragments(self, index: str, fragments: list) -> None:
+        """Make fragments written by `lance.fragment.LanceFragment.create` part of the table in one commit."""
+        table = self._require(index)
+        self._check_marker(index, offload(self._read_marker, table))
+        if fragments:
+            offload(self._commit_fragments, table, list(fragments))
+            offload(self._maybe_build_ann, table)
+
+    def remove_superseded(self, index: str, documents: Sequence[tuple[str, str, str]]) -> int:
+        """Delete the rows of each (dataset, filename) whose document_id is not the given (newer) one."""
+        if not documents:
+            return 0
+        table = self._require(index)
+        removed = 0
+        for start in range(0, len(documents), 200):
+            group = documents[start : start + 200]
+            where = " OR ".join(
+                f"({_doc_filter(check_name(d, 'dataset'), check_filename(f))} "
+                f"AND document_id != '{_check_document_id(i)}')"
+                for d, f, i in group
+            )
+            removed += offload(self._delete, table, where)
+        return removed
+
+    @staticmethod
+    def _commit_fragments(table: LanceTable, fragments: list) -> None:
+        import lance
+
+        uri = str(table.uri)
+        delay = 0.05
+        for attempt in range(8):
+            try:
+                current = lance.dataset(uri)
+                lance.LanceDataset.commit(
+                    uri, lance.LanceOperation.Append(fragments), read_version=current.version
+                )
+                break
+            except OSError as exc:  # a concurrent commit that could not be rebased: retry on the new version
+                if attempt == 7 or "onflict" not in str(exc):
+                    raise
+                time.sleep(delay)
+                delay *= 2
+        Store._optimize(table)
 
     def optimize(self, index: str) -> None:
         """Fold recent writes into the FTS index and compact fragments (done after every write already)."""

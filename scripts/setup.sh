@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Install what the system needs into .venv (and web/node_modules). `--dev` adds the test tools, Chromium for the
+# Install what the system needs into .venv (and web/node_modules). `--ray` adds the optional Ray indexing
+# engine. `--dev` adds the test tools, Chromium for the
 # browser tests and PostgreSQL for the gateway's second database. Re-running is cheap: installs are skipped
 # when the requirement files have not changed since the last successful run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEV=0
-[ "${1:-}" = "--dev" ] && DEV=1
+RAY=0
+for arg in "$@"; do
+  case "$arg" in
+    --dev) DEV=1 ;;
+    --ray) RAY=1 ;;  # the optional Ray engine for indexing (requirements/ray.txt)
+    *) echo "usage: scripts/setup.sh [--dev] [--ray]" >&2; exit 2 ;;
+  esac
+done
 PY="${PYTHON:-python3}"
 
 if [ ! -x .venv/bin/python ]; then
@@ -15,6 +23,7 @@ fi
 
 reqs=(requirements/worker.txt requirements/ingest.txt requirements/gateway.txt)
 [ "$DEV" = 1 ] && reqs+=(requirements/dev.txt)
+[ "$RAY" = 1 ] && reqs+=(requirements/ray.txt)
 stamp=".venv/.installed-$(cat "${reqs[@]}" requirements/models.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   args=()

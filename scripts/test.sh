@@ -2,7 +2,7 @@
 # Install everything the tests need, then lint and run the whole suite (unit, integration, browser, slow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --dev
+bash scripts/setup.sh --dev --ray  # the Ray engine's two-node test runs in CI too
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # The embedded LLM's one-off GGUF conversion is cached here, under a folder this run creates.
 export MODEL_CACHE_DIR="${MODEL_CACHE_DIR:-$PWD/.cache/models}"

@@ -24,6 +24,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also remove indexed documents whose file is no longer in the folder",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: this process; ray: convert, chunk and embed across a Ray cluster (RAY_ADDRESS, or a "
+        "local one when unset; needs `scripts/setup.sh --ray`)",
+    )
+    parser.add_argument("--ray-address", default=None, help="Ray cluster address (default: RAY_ADDRESS)")
+    parser.add_argument(
+        "--ray-cpus-per-worker", type=int, default=1, help="CPUs (and torch threads) per Ray actor, default 1"
+    )
+    parser.add_argument(
+        "--ray-files-per-batch", type=int, default=16, help="files per Ray task (one Lance fragment each)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
 
@@ -36,10 +50,30 @@ def main(argv: list[str] | None = None) -> int:
     from .pipeline import BatchDone, Progress, index_folder
 
     services = Services(Settings())
+    nodes: set[str] = set()
+    if args.engine == "ray":
+        from .ray_engine import available, index_folder_ray
+
+        if not available():
+            print("error: --engine ray needs Ray: run `bash scripts/setup.sh --ray`", file=sys.stderr)
+            return 2
+        events = index_folder_ray(
+            services,
+            args.index,
+            args.folder,
+            args.rebuild,
+            prune=args.prune,
+            address=args.ray_address,
+            cpus_per_worker=args.ray_cpus_per_worker,
+            files_per_batch=args.ray_files_per_batch,
+            nodes_seen=nodes,
+        )
+    else:
+        events = index_folder(services, args.index, args.folder, args.rebuild, prune=args.prune)
     bar = None
     reported: set[str] = set()
     try:
-        for event in index_folder(services, args.index, args.folder, args.rebuild, prune=args.prune):
+        for event in events:
             if isinstance(event, Progress):
                 if bar is None:
                     bar = tqdm(total=event.total, unit="file", disable=args.quiet, dynamic_ncols=True)
@@ -55,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"index '{args.index}': {event.documents} documents ({event.unchanged} unchanged), "
                     f"{event.chunks} chunks, {len(event.failed)} failed, {event.removed} chunks pruned, "
-                    f"in {event.seconds:.1f} s"
+                    f"in {event.seconds:.1f} s" + (f" on {len(nodes)} Ray nodes" if nodes else "")
                 )
                 for problem in event.failed:
                     if problem["file"] not in reported:  # folder-level problems, not reported per file

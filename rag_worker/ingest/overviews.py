@@ -133,6 +133,15 @@ def upsert_overview(settings: Settings, index: str, entry: dict) -> None:
     _write(overviews_path(settings, index), entries)
 
 
+def upsert_overviews(settings: Settings, index: str, new_entries: list[dict]) -> None:
+    """Upsert many documents' overviews with one rewrite of the file (bulk indexing)."""
+    if not new_entries:
+        return
+    keys = {(e["dataset"], e["filename"]) for e in new_entries}
+    kept = [e for e in load_overviews(settings, index) if (e.get("dataset"), e.get("filename")) not in keys]
+    _write(overviews_path(settings, index), kept + list(new_entries))
+
+
 def remove_overview(settings: Settings, index: str, *, dataset: str, filename: str) -> None:
     path = overviews_path(settings, index)
     if not path.exists():

@@ -250,23 +250,8 @@ def prepare_steps(
 def write_prepared(services: Services, index: str, prepared: Prepared, vectors) -> IngestResult:
     """Write one prepared file's rows (replacing the name's old rows in one commit), its original and overview."""
     overview, source = overviews.build_overview(services, prepared.title, prepared.chunks)
-    size = prepared.path.stat().st_size
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    rows = [
-        {
-            "document_id": prepared.document_id,
-            "filename": prepared.filename,
-            "dataset": prepared.dataset,
-            "page": c.page,
-            "chunk_index": c.chunk_index,
-            "text": c.text,
-            "vector": vectors[i],
-            "metadata": {**c.metadata, "kind": prepared.kind, "title": prepared.title},
-            "file_bytes": size,
-            "indexed_at": now,
-        }
-        for i, c in enumerate(prepared.chunks)
-    ]
+    rows = document_rows(prepared, vectors, now)
     store = services.store
     with services.index_lock(index):
         added, removed = store.replace_document(
@@ -288,6 +273,26 @@ def write_prepared(services: Services, index: str, prepared: Prepared, vectors) 
     return IngestResult(
         prepared.filename, prepared.dataset, prepared.document_id, added, replaced=removed > 0
     )
+
+
+def document_rows(prepared: Prepared, vectors, now: str) -> list[dict]:
+    """The store rows of one prepared file (the local path and the Ray engine write exactly these)."""
+    size = prepared.path.stat().st_size
+    return [
+        {
+            "document_id": prepared.document_id,
+            "filename": prepared.filename,
+            "dataset": prepared.dataset,
+            "page": c.page,
+            "chunk_index": c.chunk_index,
+            "text": c.text,
+            "vector": vectors[i],
+            "metadata": {**c.metadata, "kind": prepared.kind, "title": prepared.title},
+            "file_bytes": size,
+            "indexed_at": now,
+        }
+        for i, c in enumerate(prepared.chunks)
+    ]
 
 
 def _keep(path: Path, keep_at: Path) -> None:

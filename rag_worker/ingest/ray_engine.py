@@ -1,0 +1,403 @@
+"""`--engine ray`: index a folder across a Ray cluster, into the same LanceDB table the local path writes.
+
+The local path (`pipeline.index_folder`) converts, chunks and embeds in one process. Here those steps run as a
+Ray Data `map_batches` over actors spread across the cluster's nodes; each actor builds the same parts the
+local path builds (Docling converter with the same limits, the chunker on the embedder's tokenizer, the
+embedder), prepares its files with the same function (`pipeline.prepare_steps`: file rules, limits, errors),
+builds the same rows (`pipeline.document_rows`) and writes them as a Lance fragment straight into the index's
+table folder. The driver only sees small per-file results: it reports progress as they stream in and commits
+the written fragments with one Lance `Append` per group of files (`RAY_COMMIT_FILES`), so a crash loses at most
+the group in flight and never leaves half a document: a document's rows are in one fragment, and a fragment
+is visible only once its commit lands. A document whose bytes changed keeps its old rows until its new ones
+are committed; they are deleted right after, in one delete per group. A re-run skips documents whose bytes are
+already indexed under their name, as the local path does.
+
+Requirements: every node runs the same virtualenv (torch, Docling and the packaged models load from local
+files there; `requirements/ray.txt` adds Ray and Lance's Python package), and sees the index store and the
+folder at the same path (one machine, a shared file system, or LanceDB on object storage for the table).
+The project's `rag_worker` package travels to the nodes with the job (`py_modules`), so nodes need no
+checkout of this repository.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ApiError
+from ..names import check_name
+from . import overviews
+from .formats import IngestError, is_supported
+from .pipeline import (
+    DEFAULT_DATASET,
+    BatchDone,
+    IngestResult,
+    Prepared,
+    Progress,
+    document_rows,
+    drop_index,
+    file_sha256,
+    folder_files,
+    prepare_steps,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..services import Services
+    from ..settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Files handed to one actor call; each call writes at most one fragment.
+FILES_PER_BATCH = 16
+# Files whose fragments are committed together (and whose overviews are written together).
+COMMIT_FILES = 1000
+# Variables a node needs to load models offline and find the same caches as the driver.
+_FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "MODEL_CACHE_DIR", "OMP_NUM_THREADS")
+
+
+def available() -> bool:
+    try:
+        import lance  # noqa: F401
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _Preparer:
+    """A Ray actor: converts, chunks and embeds a batch of files and writes their rows as one Lance fragment."""
+
+    def __init__(self, settings: Settings, index: str, table_uri: str):
+        from ..services import Services
+
+        self.services = Services(settings)
+        self.index = index
+        self.table_uri = table_uri
+        self.node = _node_id()
+
+    def __call__(self, batch: dict) -> dict:
+        import lance
+
+        out: dict[str, list] = {
+            k: []
+            for k in (
+                "label",
+                "dataset",
+                "filename",
+                "document_id",
+                "chunks",
+                "stage",
+                "error",
+                "code",
+                "overview",
+                "fragment",
+                "node",
+            )
+        }
+        prepared: list[tuple[str, Prepared]] = []
+        for label, dataset, path in zip(batch["label"], batch["dataset"], batch["path"], strict=True):
+            try:
+                outcome = _run(prepare_steps(self.services, self.index, dataset, Path(path), Path(path).name))
+            except ApiError as err:
+                _result(
+                    out, label, dataset, Path(path).name, stage="failed", error=err.message, code=err.code
+                )
+                continue
+            except Exception as exc:  # one bad file never stops the batch (as on the local path)
+                log.exception("indexing %s failed", label)
+                message = f"internal error: {type(exc).__name__}: {exc}"[:300]
+                _result(out, label, dataset, Path(path).name, stage="failed", error=message, code="internal")
+                continue
+            if isinstance(outcome, IngestResult):  # indexed meanwhile by someone else: nothing to write
+                _result(
+                    out, label, dataset, outcome.filename, outcome.document_id, outcome.chunks, "unchanged"
+                )
+                continue
+            prepared.append((label, outcome))
+
+        if prepared:
+            texts = [c.embed_text for _, prep in prepared for c in prep.chunks]
+            vectors = self.services.embedder.embed_documents(texts)
+            now = datetime.now(UTC).isoformat(timespec="seconds")
+            rows: list[dict] = []
+            offset = 0
+            entries: list[str] = []
+            for _, prep in prepared:
+                part = vectors[offset : offset + len(prep.chunks)]
+                offset += len(prep.chunks)
+                rows.extend(document_rows(prep, part, now))
+                overview, source = overviews.build_overview(self.services, prep.title, prep.chunks)
+                entry = {
+                    "dataset": prep.dataset,
+                    "filename": prep.filename,
+                    "document_id": prep.document_id,
+                    "title": prep.title,
+                    "overview": overview,
+                    "source": source,
+                    "chunks": len(prep.chunks),
+                    "indexed_at": now,
+                }
+                entries.append(json.dumps(entry, ensure_ascii=False))
+            # The same validation and Arrow layout as the local path's write (Store._prepare).
+            data = self.services.store._prepare(rows)
+            fragment = lance.fragment.LanceFragment.create(self.table_uri, data)
+            fragment_json = json.dumps(fragment.to_json())
+            for n, ((label, prep), entry) in enumerate(zip(prepared, entries, strict=True)):
+                _result(
+                    out,
+                    label,
+                    prep.dataset,
+                    prep.filename,
+                    prep.document_id,
+                    len(prep.chunks),
+                    "indexed",
+                    overview=entry,
+                    fragment=fragment_json if n == 0 else "",
+                )
+        out["node"] = [self.node] * len(out["label"])
+        return out
+
+
+def _run(steps: Iterator[str]):
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+def _result(
+    out: dict,
+    label: str,
+    dataset: str,
+    filename: str,
+    document_id: str = "",
+    chunks: int = 0,
+    stage: str = "failed",
+    *,
+    error: str = "",
+    code: str = "",
+    overview: str = "",
+    fragment: str = "",
+) -> None:
+    values = {
+        "label": label,
+        "dataset": dataset,
+        "filename": filename,
+        "document_id": document_id,
+        "chunks": chunks,
+        "stage": stage,
+        "error": error,
+        "code": code,
+        "overview": overview,
+        "fragment": fragment,
+    }
+    for key, value in values.items():
+        out[key].append(value)
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def _node_settings(settings: Settings, cpus: int) -> Settings:
+    """The driver's settings with absolute paths (nodes run elsewhere) and torch threads per actor."""
+    return settings.model_copy(
+        update={
+            "index_store": Path(settings.index_store).resolve(),
+            "uploads_dir": Path(settings.uploads_dir).resolve(),
+            "torch_threads": cpus,
+        }
+    )
+
+
+def connect(address: str | None = None):
+    """Join the cluster at `address` (or RAY_ADDRESS); without either, start a local one for this run."""
+    import ray
+
+    import rag_worker
+
+    if ray.is_initialized():
+        return ray
+    env = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    runtime_env = {"py_modules": [str(Path(rag_worker.__file__).parent)], "env_vars": env}
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    # Our own progress events report the run; Ray Data's progress bars and execution logs would repeat them.
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    ray.init(
+        address=address,
+        runtime_env=runtime_env,
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+        include_dashboard=False if address is None else None,
+        configure_logging=False,
+    )
+    return ray
+
+
+def index_folder_ray(
+    services: Services,
+    index: str,
+    folder: Path,
+    rebuild: bool = False,
+    *,
+    prune: bool = False,
+    address: str | None = None,
+    cpus_per_worker: int = 1,
+    files_per_batch: int = FILES_PER_BATCH,
+    commit_files: int = COMMIT_FILES,
+    nodes_seen: set[str] | None = None,
+) -> Iterator[Progress | BatchDone]:
+    """`pipeline.index_folder` on a Ray cluster: the same files, rules, events and resulting rows.
+
+    Progress is aggregated: one event per file when its result arrives (indexed, unchanged or failed), plus a
+    `writing` event per commit. `nodes_seen` (optional) collects the ids of the nodes whose actors wrote rows.
+    """
+    import lance
+
+    check_name(index, "index")
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise IngestError("not_found", f"folder {folder} does not exist", field="folder")
+    started = time.monotonic()
+    store = services.store
+    if rebuild:
+        drop_index(services, index)
+    elif store.exists(index):
+        store.check_compatible(index)
+
+    files, problems = folder_files(folder)
+    total = len(files)
+    failed = list(problems)
+    stats = {"finished": 0, "documents": 0, "chunks": 0, "unchanged": 0}
+    seen: set[tuple[str, str]] = set()
+
+    indexed: dict[tuple[str, str], dict] = {}
+    if store.exists(index):
+        indexed = {(d["dataset"], d["filename"]): d for d in store.list_documents(index)}
+
+    todo: list[dict] = []
+    for dataset, path in files:
+        label = (
+            path.name if dataset == DEFAULT_DATASET and path.parent == folder else f"{dataset}/{path.name}"
+        )
+        seen.add((dataset, path.name))
+        stats_event = None
+        if not is_supported(path.name):
+            stats_event = ("failed", "unsupported_type", "unsupported file type")
+        else:
+            known = indexed.get((dataset, path.name))
+            if known is not None and known["document_id"] == file_sha256(path):
+                stats["finished"] += 1
+                stats["documents"] += 1
+                stats["unchanged"] += 1
+                stats["chunks"] += int(known["chunks"])
+                yield Progress(label, stats["finished"], total, "unchanged", dataset)
+                continue
+        if stats_event is not None:
+            stats["finished"] += 1
+            failed.append({"file": label, "code": stats_event[1], "error": stats_event[2]})
+            yield Progress(label, stats["finished"], total, "failed", dataset, stats_event[2], stats_event[1])
+            continue
+        todo.append({"label": label, "dataset": dataset, "path": str(path.resolve())})
+
+    if todo:
+        # The table exists before any fragment is written into its folder (with the FTS index and marker).
+        store.ensure_table(index)
+        table_uri = store.table_uri(index)
+        ray = connect(address)
+        cpus = max(1, int(cpus_per_worker))
+        actors = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
+        actors = min(actors, max(1, -(-len(todo) // files_per_batch)))
+        node_settings = _node_settings(services.settings, cpus)
+        dataset_plan = ray.data.from_items(todo, override_num_blocks=max(1, -(-len(todo) // files_per_batch)))
+        results = dataset_plan.map_batches(
+            _Preparer,
+            fn_constructor_args=(node_settings, index, table_uri),
+            batch_size=files_per_batch,
+            batch_format="numpy",
+            concurrency=actors,
+            num_cpus=cpus,
+        )
+
+        pending_fragments: list[str] = []
+        pending_entries: list[dict] = []
+        pending_replaced: list[tuple[str, str, str]] = []
+
+        def commit() -> Iterator[Progress]:
+            if not pending_fragments:
+                return
+            yield Progress(
+                f"{len(pending_entries)} files", stats["finished"], total, "writing", DEFAULT_DATASET
+            )
+            fragments = [lance.fragment.FragmentMetadata.from_json(f) for f in pending_fragments]
+            with services.index_lock(index):
+                store.commit_fragments(index, fragments)
+                store.remove_superseded(index, pending_replaced)
+                overviews.upsert_overviews(services.settings, index, pending_entries)
+            pending_fragments.clear()
+            pending_entries.clear()
+            pending_replaced.clear()
+
+        since_commit = 0
+        for row in results.iter_rows():
+            label, dataset, stage = str(row["label"]), str(row["dataset"]), str(row["stage"])
+            if row["fragment"]:
+                pending_fragments.append(str(row["fragment"]))
+            if nodes_seen is not None and stage == "indexed":
+                nodes_seen.add(str(row["node"]))
+            stats["finished"] += 1
+            if stage == "failed":
+                failed.append({"file": label, "code": str(row["code"]), "error": str(row["error"])})
+                yield Progress(
+                    label, stats["finished"], total, "failed", dataset, str(row["error"]), str(row["code"])
+                )
+                continue
+            stats["documents"] += 1
+            stats["chunks"] += int(row["chunks"])
+            if stage == "unchanged":
+                stats["unchanged"] += 1
+            else:
+                filename, document_id = str(row["filename"]), str(row["document_id"])
+                pending_entries.append(json.loads(str(row["overview"])))
+                if (dataset, filename) in indexed:
+                    pending_replaced.append((dataset, filename, document_id))
+                since_commit += 1
+            yield Progress(label, stats["finished"], total, stage, dataset)
+            if since_commit >= commit_files:
+                yield from commit()
+                since_commit = 0
+        yield from commit()
+
+    removed = 0
+    if prune and not rebuild and store.exists(index):
+        from .pipeline import delete_document
+
+        for doc in store.list_documents(index):
+            if (doc["dataset"], doc["filename"]) not in seen:
+                removed += delete_document(services, index, doc["dataset"], doc["filename"])
+    yield BatchDone(
+        documents=stats["documents"],
+        chunks=stats["chunks"],
+        seconds=round(time.monotonic() - started, 3),
+        unchanged=stats["unchanged"],
+        failed=failed,
+        removed=removed,
+    )
+
+
+__all__ = ["available", "connect", "index_folder_ray"]
