@@ -1,4 +1,5 @@
-"""Command line: `python -m gateway serve [--port 8000] [--host 127.0.0.1]`."""
+"""Command line: `python -m gateway serve [--port 8000] [--host 127.0.0.1]` and
+`python -m gateway create-admin USERNAME` (password from stdin or a prompt; for ALLOW_REGISTRATION=false)."""
 
 from __future__ import annotations
 
@@ -30,18 +31,74 @@ def serve(argv: list[str]) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
-        proxy_headers=True,
+        # The app reads X-Forwarded-* itself (gateway.proxy): only the right-most untrusted hop is believed.
+        proxy_headers=False,
         timeout_graceful_shutdown=35,
     )
     return 0
 
 
+def read_password(prompt_tty: bool) -> str:
+    """The new password: asked twice on a terminal, else the first line of stdin (scripts, `docker exec -i`)."""
+    if prompt_tty:
+        import getpass
+
+        first = getpass.getpass("Password for the new administrator: ")
+        if first != getpass.getpass("Repeat it: "):
+            raise ValueError("the two passwords differ")
+        return first
+    return sys.stdin.readline().rstrip("\r\n")
+
+
+def create_admin(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway create-admin",
+        description="Create an administrator account in the gateway's database (DATABASE_URL / INDEX_STORE), "
+        "e.g. the first one when ALLOW_REGISTRATION=false. The password is read from stdin, or asked for.",
+    )
+    parser.add_argument("username")
+    args = parser.parse_args(argv)
+
+    from pydantic import ValidationError
+
+    from gateway.accounts import create_user
+    from gateway.auth import hash_password
+    from gateway.db import Database
+    from gateway.errors import ApiError
+    from gateway.schemas import Registration
+    from gateway.settings import Settings
+
+    try:
+        password = read_password(sys.stdin.isatty())
+        body = Registration.model_validate({"username": args.username, "password": password})
+    except ValueError as exc:  # ValidationError included
+        message = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        print(f"create-admin: {message}", file=sys.stderr)
+        return 2
+    db = Database(Settings().resolved_database_url())
+    try:
+        db.migrate()
+        user = create_user(db, body.username, hash_password(body.password), admin=True)
+    except ApiError as exc:
+        print(f"create-admin: {exc.message}", file=sys.stderr)
+        return 1
+    finally:
+        db.dispose()
+    print(f"created administrator {user.username!r} (id {user.id})")
+    return 0
+
+
+USAGE = """usage: python -m gateway serve [--port 8000] [--host 127.0.0.1]
+       python -m gateway create-admin USERNAME   (password on stdin or asked for)"""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "serve":
-        print("usage: python -m gateway serve [--port 8000] [--host 127.0.0.1]", file=sys.stderr)
+    commands = {"serve": serve, "create-admin": create_admin}
+    if not argv or argv[0] not in commands:
+        print(USAGE, file=sys.stderr)
         return 2
-    return serve(argv[1:])
+    return commands[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":

@@ -1,24 +1,79 @@
-"""Accounts: register, login, me. The first user to register is the administrator."""
+"""Accounts: register, login, logout, password change, me; an admin lists and disables accounts.
+
+The first user to register is the administrator: the first-admin seat is a unique index (db.User), so two
+registrations racing on an empty database cannot both take it. Every token carries the account's token version;
+logout, a password change and disabling raise it, which ends all sessions issued before.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import func, select
+from sqlmodel import col, func, select, update
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .auth import hash_password, issue_token, verify_password
-from .context import ctx, current_user, in_thread, read_json
-from .db import User
-from .errors import Conflict, Forbidden, Unauthorized
-from .schemas import Credentials, Registration
+from .context import Context, admin_user, ctx, current_user, in_thread, path_id, read_json
+from .db import Database, User, iso
+from .errors import BadRequest, Conflict, Forbidden, NotFound, Unauthorized
+from .schemas import Credentials, PasswordChange, Registration, UserUpdate
+from .sessions import check_origin, clear_session_cookie, set_session_cookie
 
 
 def user_json(user: User) -> dict:
     return {"id": user.id, "username": user.username, "is_admin": user.is_admin}
+
+
+def account_json(user: User) -> dict:
+    return {**user_json(user), "disabled": user.disabled, "created_at": iso(user.created_at)}
+
+
+def _username_taken() -> Conflict:
+    return Conflict("this username is taken", code="username_taken", field="username")
+
+
+def create_user(db: Database, username: str, password_hash: str, *, admin: bool = False) -> User:
+    """A new account. The first account takes the first-admin seat (and is admin); `admin` makes any account
+    an admin (create-admin). A seat lost to a concurrent registration makes this one an ordinary account."""
+    with db.session() as s:
+        if s.exec(select(User.id).where(func.lower(User.username) == username.lower())).first():
+            raise _username_taken()
+        claim_seat = s.exec(select(func.count()).select_from(User)).one() == 0
+    attempts = [True, False] if claim_seat else [False]
+    for seat in attempts:
+        with db.session() as s:
+            user = User(
+                username=username,
+                password_hash=password_hash,
+                is_admin=seat or admin,
+                first_admin=True if seat else None,
+            )
+            s.add(user)
+            try:
+                s.commit()
+            except IntegrityError:
+                s.rollback()
+                continue  # the seat (or the name) was taken meanwhile: try as an ordinary account
+            s.refresh(user)
+            return user
+    raise _username_taken()
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _signed_in(request: Request, c: Context, user: User, body: dict, status: int = 200) -> JSONResponse:
+    """The answer to a sign-in: the token in the body (scripts) and in the HttpOnly cookie (the web)."""
+    token = issue_token(
+        user.id, user.username, c.jwt_secret, c.settings.jwt_ttl_s, version=user.token_version
+    )
+    response = JSONResponse({**body, "user": user_json(user), "token": token}, status_code=status)
+    set_session_cookie(response, request, token, c.settings.jwt_ttl_s)
+    return response
 
 
 async def register(request: Request) -> JSONResponse:
@@ -27,38 +82,27 @@ async def register(request: Request) -> JSONResponse:
         raise Forbidden(
             "registration is closed on this server: ask an administrator", code="registration_closed"
         )
+    check_origin(request, c.settings, required=False)
     body = await read_json(request, Registration)
+    c.registrations.hit(f"addr:{_client(request)}", "new accounts")
     password_hash = await in_thread(hash_password, body.password)
-
-    def create() -> User:
-        with c.db.session() as s:
-            if s.exec(select(User.id).where(func.lower(User.username) == body.username.lower())).first():
-                raise Conflict("this username is taken", code="username_taken", field="username")
-            first = s.exec(select(func.count()).select_from(User)).one() == 0
-            user = User(username=body.username, password_hash=password_hash, is_admin=first)
-            s.add(user)
-            try:
-                s.commit()
-            except IntegrityError:
-                raise Conflict("this username is taken", code="username_taken", field="username") from None
-            s.refresh(user)
-            return user
-
-    user = await in_thread(create)
-    if user.is_admin:
+    user = await in_thread(create_user, c.db, body.username, password_hash)
+    if user.first_admin:
         from .indexes import adopt_demo_index
 
         await adopt_demo_index(c, user.id)
-    token = issue_token(user.id, user.username, c.jwt_secret, c.settings.jwt_ttl_s)
-    return JSONResponse({"user": user_json(user), "token": token}, status_code=201)
+    return _signed_in(request, c, user, {}, status=201)
 
 
 async def login(request: Request) -> JSONResponse:
     c = ctx(request)
+    check_origin(request, c.settings, required=False)
     body = await read_json(request, Credentials)
-    address = request.client.host if request.client else "unknown"
-    user_key, address_key = f"user:{body.username.lower()}", f"addr:{address}"
-    delay = c.throttle.delay_for([user_key, address_key])
+    address = _client(request)
+    # Counted per (account, address) and per address, never per account alone: guessing at an account from
+    # one address must not lock its owner out everywhere else.
+    pair_key, address_key = f"acct:{body.username.lower()}@{address}", f"addr:{address}"
+    delay = max(c.throttle.delay_for([pair_key]), c.address_throttle.delay_for([address_key]))
     if delay:
         await asyncio.sleep(delay)
 
@@ -69,21 +113,109 @@ async def login(request: Request) -> JSONResponse:
     user = await in_thread(load)
     ok = await in_thread(verify_password, body.password, user.password_hash if user else None)
     if not ok or user is None:
-        c.throttle.failed([user_key, address_key])
+        c.throttle.failed([pair_key])
+        c.address_throttle.failed([address_key])
         raise Unauthorized("wrong username or password", code="bad_credentials")
-    # Only the account's counter is cleared: logging into one's own account must not reset an address
+    # Only this account's counter is cleared: logging into one's own account must not reset an address
     # that is guessing at others.
-    c.throttle.succeeded([user_key])
-    token = issue_token(user.id, user.username, c.jwt_secret, c.settings.jwt_ttl_s)
-    return JSONResponse({"token": token, "user": user_json(user)})
+    c.throttle.succeeded([pair_key])
+    if user.disabled:
+        raise Forbidden("this account has been disabled by an administrator", code="account_disabled")
+    if user.first_admin:
+        from .indexes import adopt_demo_index
+
+        await adopt_demo_index(c, user.id)  # an admin made by create-admin has not met the demo yet
+    return _signed_in(request, c, user, {})
+
+
+def revoke_tokens(db: Database, user_id: int, **values) -> User | None:
+    """Raise the user's token version (ending every session) and apply `values`, in one statement."""
+    with db.session() as s:
+        s.exec(
+            update(User).where(col(User.id) == user_id).values(token_version=User.token_version + 1, **values)
+        )
+        s.commit()
+        return s.get(User, user_id)
+
+
+async def logout(request: Request) -> Response:
+    """Ends every session of the signed-in user (all tabs and scripts); the cookie is cleared in any case."""
+    c = ctx(request)
+    response = Response(status_code=204)
+    clear_session_cookie(response, request)
+    try:
+        user = await current_user(request)
+    except Unauthorized:
+        return response  # already signed out: nothing to end
+    await in_thread(revoke_tokens, c.db, user.id)
+    return response
+
+
+async def change_password(request: Request) -> JSONResponse:
+    c = ctx(request)
+    user = await current_user(request)
+    body = await read_json(request, PasswordChange)
+    pair_key = f"acct:{user.username.lower()}@{_client(request)}"
+    delay = c.throttle.delay_for([pair_key])
+    if delay:
+        await asyncio.sleep(delay)
+    if not await in_thread(verify_password, body.current_password, user.password_hash):
+        c.throttle.failed([pair_key])
+        raise BadRequest("the current password is wrong", code="wrong_password", field="current_password")
+    c.throttle.succeeded([pair_key])
+    password_hash = await in_thread(hash_password, body.new_password)
+    updated = await in_thread(revoke_tokens, c.db, user.id, password_hash=password_hash)
+    if updated is None:
+        raise Unauthorized("the account no longer exists", code="token_invalid")
+    # Every other session has ended; this one continues with a fresh token.
+    return _signed_in(request, c, updated, {})
 
 
 async def me(request: Request) -> JSONResponse:
     return JSONResponse(user_json(await current_user(request)))
 
 
+async def list_users(request: Request) -> JSONResponse:
+    await admin_user(request)
+    c = ctx(request)
+
+    def load() -> list[dict]:
+        with c.db.session() as s:
+            return [account_json(u) for u in s.exec(select(User).order_by(col(User.id)))]
+
+    return JSONResponse(await in_thread(load))
+
+
+async def update_user(request: Request) -> JSONResponse:
+    admin, c, user_id = await admin_user(request), ctx(request), path_id(request)
+    body = await read_json(request, UserUpdate)
+    if user_id == admin.id and body.disabled:
+        raise BadRequest("you cannot disable your own account", code="cannot_disable_self", field="disabled")
+
+    def apply() -> dict:
+        with c.db.session() as s:
+            if s.get(User, user_id) is None:
+                raise NotFound(f"no user {user_id}", code="user_not_found")
+        if body.disabled:
+            user = revoke_tokens(c.db, user_id, disabled=True)
+        else:
+            with c.db.session() as s:
+                s.exec(update(User).where(col(User.id) == user_id).values(disabled=False))
+                s.commit()
+                user = s.get(User, user_id)
+        if user is None:  # deleted meanwhile
+            raise NotFound(f"no user {user_id}", code="user_not_found")
+        return account_json(user)
+
+    return JSONResponse(await in_thread(apply))
+
+
 routes = [
     Route("/api/auth/register", register, methods=["POST"]),
     Route("/api/auth/login", login, methods=["POST"]),
+    Route("/api/auth/logout", logout, methods=["POST"]),
+    Route("/api/auth/password", change_password, methods=["POST"]),
     Route("/api/auth/me", me, methods=["GET"]),
+    Route("/api/users", list_users, methods=["GET"]),
+    Route("/api/users/{id:int}", update_user, methods=["PATCH"]),
 ]

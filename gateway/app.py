@@ -13,11 +13,14 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from . import accounts, chats, indexes, meta, turns
-from .auth import LoginThrottle
+from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
 from .errors import HANDLERS
+from .headers import SecurityHeaders
 from .limits import BodyLimit
+from .proxy import ProxyHeaders
+from .quotas import TurnSlots
 from .settings import Settings
 from .worker_client import WorkerClient
 
@@ -36,6 +39,14 @@ def create_app(settings: Settings | None = None) -> Starlette:
         lock_after=settings.login_lock_attempts,
         window_s=settings.login_window_s,
     )
+    address_throttle = LoginThrottle(
+        free=settings.login_lock_attempts,
+        base_delay_s=settings.login_base_delay_s,
+        max_delay_s=settings.login_max_delay_s,
+        lock_after=settings.login_address_lock_attempts,
+        window_s=settings.login_window_s,
+    )
+    registrations = RateLimit(limit=settings.register_limit, window_s=settings.register_window_s)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -48,6 +59,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
             worker=worker,
             jwt_secret=settings.resolved_jwt_secret(),
             throttle=throttle,
+            address_throttle=address_throttle,
+            registrations=registrations,
+            turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
         )
         try:
             yield
@@ -74,6 +88,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
     # Multipart framing adds a little to the file: allow for it; the file itself is then checked exactly.
     upload_limit = settings.max_upload_bytes + 64 * 1024
     middleware = [
-        Middleware(BodyLimit, default=settings.max_json_bytes, larger=[(indexes.UPLOAD_PATH, upload_limit)])
+        # First: the client address every limit below counts by.
+        Middleware(ProxyHeaders, trusted=settings.forwarded_allow_ips),
+        Middleware(SecurityHeaders),
+        Middleware(BodyLimit, default=settings.max_json_bytes, larger=[(indexes.UPLOAD_PATH, upload_limit)]),
     ]
     return Starlette(routes=routes, middleware=middleware, exception_handlers=HANDLERS, lifespan=lifespan)

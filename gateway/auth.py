@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -33,14 +34,31 @@ def verify_password(password: str, password_hash: str | None) -> bool:
         return False
 
 
-def issue_token(user_id: int, username: str, secret: str, ttl_s: int, now: float | None = None) -> str:
+def issue_token(
+    user_id: int, username: str, secret: str, ttl_s: int, now: float | None = None, version: int = 0
+) -> str:
+    """A signed token for the user; `version` is the account's token version (see TokenClaims)."""
     issued = int(now if now is not None else time.time())
-    claims = {"sub": str(user_id), "name": username, "iat": issued, "exp": issued + ttl_s}
+    claims = {"sub": str(user_id), "name": username, "iat": issued, "exp": issued + ttl_s, "ver": version}
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+@dataclass(frozen=True)
+class TokenClaims:
+    """Who a valid token is for, and the account's token version when it was issued: logout, a password change
+    and disabling raise the stored version, which ends every token issued before."""
+
+    user_id: int
+    version: int
 
 
 def read_token(token: str, secret: str) -> int:
     """The user id in a valid token; a 401 that says why for anything else (expired, forged, `alg: none`)."""
+    return read_claims(token, secret).user_id
+
+
+def read_claims(token: str, secret: str) -> TokenClaims:
+    """The claims of a valid token; a 401 that says why for anything else."""
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["exp", "sub"]})
     except jwt.ExpiredSignatureError:
@@ -54,9 +72,13 @@ def read_token(token: str, secret: str) -> int:
     except jwt.InvalidTokenError as exc:
         raise Unauthorized(f"the token is not valid ({exc}): log in again", code="token_invalid") from None
     try:
-        return int(claims["sub"])
+        user_id = int(claims["sub"])
     except (TypeError, ValueError):
         raise Unauthorized("the token names no user: log in again", code="token_invalid") from None
+    version = claims.get("ver", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise Unauthorized("the token's version is not a number: log in again", code="token_invalid")
+    return TokenClaims(user_id=user_id, version=version)
 
 
 def bearer_token(header: str | None) -> str:
@@ -127,3 +149,31 @@ class LoginThrottle:
     def succeeded(self, keys: list[str]) -> None:
         for key in keys:
             self._failures.pop(key, None)
+
+
+@dataclass
+class RateLimit:
+    """At most `limit` events per key inside a sliding window of `window_s` seconds (new accounts per address)."""
+
+    limit: int
+    window_s: float
+    clock: Callable[[], float] = time.monotonic
+    _events: dict[str, deque[float]] = field(default_factory=dict)
+
+    def hit(self, key: str, what: str = "requests") -> None:
+        """Count one event for `key`, or raise 429 (with Retry-After) when the key has used its allowance."""
+        now = self.clock()
+        events = self._events.setdefault(key, deque())
+        while events and now - events[0] >= self.window_s:
+            events.popleft()
+        if len(events) >= self.limit:
+            retry = max(1, math.ceil(self.window_s - (now - events[0])))
+            raise TooManyRequests(
+                f"too many {what} from this address: try again in {retry} s",
+                code="rate_limited",
+                headers={"Retry-After": str(retry)},
+            )
+        events.append(now)
+        if len(self._events) > 10_000:  # bounded memory under a spray of addresses
+            for k in [k for k, v in self._events.items() if not v or now - v[-1] >= self.window_s]:
+                del self._events[k]

@@ -12,9 +12,11 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
-from .auth import LoginThrottle, bearer_token, read_token
+from .auth import LoginThrottle, RateLimit, read_claims
 from .db import Database, User
 from .errors import BadRequest, Forbidden, Unauthorized
+from .quotas import TurnSlots
+from .sessions import check_cookie_request, request_token
 from .settings import Settings
 from .worker_client import WorkerClient
 
@@ -29,6 +31,11 @@ class Context:
     worker: WorkerClient
     jwt_secret: str
     throttle: LoginThrottle
+    # Failed logins per client address (any account), and new accounts per address.
+    address_throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    registrations: RateLimit = field(default_factory=lambda: RateLimit(limit=10, window_s=3600))
+    # Running turns per user (MAX_TURNS_PER_USER), counted in this process.
+    turn_slots: TurnSlots = field(default_factory=lambda: TurnSlots(per_user=4))
     # Turns still being read from the worker, kept referenced so a browser disconnect cannot drop them.
     running: set[asyncio.Task] = field(default_factory=set)
 
@@ -43,16 +50,28 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 async def current_user(request: Request) -> User:
+    """The signed-in user: a valid, unrevoked token of an enabled account (cookie or Bearer), else a 401;
+    a state-changing request signed in by the cookie from another site's page is a 403."""
     c = ctx(request)
-    user_id = read_token(bearer_token(request.headers.get("authorization")), c.jwt_secret)
+    token, from_cookie = request_token(request)
+    claims = read_claims(token, c.jwt_secret)
+    if from_cookie:
+        check_cookie_request(request, c.settings)
 
     def load() -> User | None:
         with c.db.session() as s:
-            return s.get(User, user_id)
+            return s.get(User, claims.user_id)
 
     user = await in_thread(load)
     if user is None:
         raise Unauthorized("the account in this token no longer exists: log in again", code="token_invalid")
+    if user.disabled:
+        raise Unauthorized("this account has been disabled by an administrator", code="account_disabled")
+    if claims.version != user.token_version:
+        raise Unauthorized(
+            "this session has ended (signed out, password changed or account disabled): log in again",
+            code="token_revoked",
+        )
     return user
 
 

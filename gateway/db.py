@@ -6,15 +6,20 @@ Everything here is portable SQL through SQLAlchemy: the same code runs on `sqlit
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, Engine, UniqueConstraint, event, text
+from sqlalchemy import JSON, Column, Connection, Engine, UniqueConstraint, event, inspect, text
+from sqlalchemy import Index as SqlIndex
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+from .settings import private_dir
 
 log = logging.getLogger("gateway.db")
 
@@ -43,11 +48,18 @@ def json_dict_column() -> Any:
 
 class User(SQLModel, table=True):
     __tablename__ = "users"
+    # At most one row holds the first-admin seat (TRUE; everyone else NULL, and NULLs never collide): two
+    # first registrations racing on Postgres cannot both become admin, the database refuses the second.
+    __table_args__ = (SqlIndex("uq_users_first_admin", "first_admin", unique=True),)
     id: int | None = Field(default=None, primary_key=True)
     username: str = Field(max_length=64, unique=True, index=True)
     password_hash: str
     is_admin: bool = False
     created_at: datetime = Field(default_factory=utcnow)
+    first_admin: bool | None = None
+    # Raised by logout, a password change and disabling: every token issued before carries an older one.
+    token_version: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    disabled: bool = Field(default=False, sa_column_kwargs={"server_default": text("false")})
 
 
 class Chat(SQLModel, table=True):
@@ -137,9 +149,32 @@ def _initial_schema(conn: Connection) -> None:
     SQLModel.metadata.create_all(conn, tables=tables)
 
 
+def _account_security(conn: Connection) -> None:
+    """Token versions, disabled accounts and the first-admin seat (a database created at version 1 lacks
+    them; one created now has them from the models already)."""
+    columns = {c["name"] for c in inspect(conn).get_columns("users")}
+    added = {
+        "first_admin": "BOOLEAN NULL",
+        "token_version": "INTEGER NOT NULL DEFAULT 0",
+        "disabled": "BOOLEAN NOT NULL DEFAULT FALSE",
+    }
+    for name, ddl in added.items():
+        if name not in columns:
+            conn.execute(text(f"ALTER TABLE users ADD COLUMN {name} {ddl}"))
+    if "first_admin" not in columns:
+        conn.execute(
+            text(
+                "UPDATE users SET first_admin = TRUE WHERE id = "
+                "(SELECT MIN(id) FROM users WHERE is_admin = TRUE)"
+            )
+        )
+    conn.execute(text("CREATE UNIQUE INDEX IF NOT EXISTS uq_users_first_admin ON users (first_admin)"))
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
+    (2, "account security: token versions, disabled accounts, one first admin", _account_security),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -149,7 +184,7 @@ def make_engine(url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
     path = url.split("///", 1)[-1]
     if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        private_file(Path(path))
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
     @event.listens_for(engine, "connect")
@@ -170,6 +205,14 @@ def make_engine(url: str) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def private_file(path: Path) -> None:
+    """Create the SQLite file 0600 (in a 0700 folder) before SQLite does, with the umask's 0644: SQLite gives
+    its -wal and -shm files the database file's mode."""
+    private_dir(path.parent)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 class Database:

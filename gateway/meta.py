@@ -9,12 +9,14 @@ from starlette.routing import Route
 from .context import admin_user, ctx, current_user, in_thread, read_json
 from .db import SettingRow, utcnow
 from .errors import ApiError
+from .quotas import check_options
 from .schemas import SettingsUpdate
 from .turns import TURN_OPTIONS_KEY
 
 
 async def get_settings(request: Request) -> JSONResponse:
-    await current_user(request)
+    """The turn defaults, for everyone; the worker's configuration (models, hosts, prompts) for admins only."""
+    user = await current_user(request)
     c = ctx(request)
 
     def load() -> dict:
@@ -23,10 +25,12 @@ async def get_settings(request: Request) -> JSONResponse:
             return dict(row.value) if row else {}
 
     options = await in_thread(load)
-    try:
-        worker_defaults = await c.worker.config()
-    except ApiError:
-        worker_defaults = None
+    worker_defaults = None
+    if user.is_admin:
+        try:
+            worker_defaults = await c.worker.config()
+        except ApiError:
+            worker_defaults = None
     return JSONResponse({"options": options, "worker_defaults": worker_defaults})
 
 
@@ -34,6 +38,7 @@ async def put_settings(request: Request) -> JSONResponse:
     await admin_user(request)
     c = ctx(request)
     body = await read_json(request, SettingsUpdate)
+    check_options(body.options, c.settings)
     options = body.options.as_options()
 
     def store() -> None:

@@ -24,6 +24,15 @@ class Registration(Credentials):
     password: str = Field(min_length=8, max_length=1024)
 
 
+class PasswordChange(Body):
+    current_password: str = Field(min_length=1, max_length=1024)
+    new_password: str = Field(min_length=8, max_length=1024)
+
+
+class UserUpdate(Body):
+    disabled: bool
+
+
 def _dataset_names(values: list[str] | None) -> list[str] | None:
     if values is None:
         return None
@@ -49,25 +58,41 @@ class ChatUpdate(Body):
     _check_datasets = field_validator("datasets")(_dataset_names)
 
 
-class TurnOptions(BaseModel):
-    """Per-turn switches sent to the worker; the known ones are typed, others pass through to it."""
+PROMPT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
-    model_config = ConfigDict(extra="allow")
+
+class TurnOptions(BaseModel):
+    """Per-turn switches sent to the worker: exactly the worker's `options` (WORKER_API.md, its
+    rag_worker.schemas.Options, checked field by field in tests) less `route`, which the gate decides.
+    Anything else is a 400 naming it, so nothing unchecked reaches the worker."""
+
+    model_config = ConfigDict(extra="forbid")
 
     rewrite: bool | None = None
     hyde: bool | None = None
     rerank: bool | None = None
+    mode: Literal["hybrid", "vector", "fts"] | None = None
     top_k: int | None = Field(default=None, ge=1, le=50)
     provenance: Literal["rerank", "similarity", "none"] | None = None
     model: str | None = Field(default=None, max_length=200)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    prompts: dict[str, str] | None = None
+    # The worker's own ceiling; MAX_TOKENS (quotas.check_options) may set a lower one.
+    max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    prompts: dict[str, str] | None = Field(default=None, max_length=20)
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompts(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for name, text in (value or {}).items():
+            if not PROMPT_NAME_RE.fullmatch(name):
+                raise ValueError(f"prompt name {name[:80]!r} must be lowercase letters, digits or '_'")
+            if len(text) > 8000:
+                raise ValueError(f"prompt {name!r} is longer than 8000 characters")
+        return value
 
     def as_options(self) -> dict[str, Any]:
         """Only what was set: unset switches leave the worker's defaults in force."""
-        data = self.model_dump(exclude_none=True)
-        data.pop("route", None)  # the gate decides the route, not the options
-        return data
+        return self.model_dump(exclude_none=True)
 
 
 class TurnRequest(Body):

@@ -13,6 +13,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def private_dir(path: Path) -> Path:
+    """A data folder only this account can read (0700), made if missing; one that exists is left as it is
+    (an operator may share it on purpose)."""
+    if not path.exists():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    return path
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=None, extra="ignore", populate_by_name=True)
 
@@ -45,6 +54,19 @@ class Settings(BaseSettings):
     login_max_delay_s: float = Field(default=5.0, alias="LOGIN_MAX_DELAY_S")
     login_lock_attempts: int = Field(default=20, alias="LOGIN_LOCK_ATTEMPTS")
     login_window_s: float = Field(default=900.0, alias="LOGIN_WINDOW_S")
+    # Failed logins per client address, whatever the account: a higher bar (several people may share one).
+    login_address_lock_attempts: int = Field(default=100, alias="LOGIN_ADDRESS_LOCK_ATTEMPTS")
+    # New accounts per client address inside the window.
+    register_limit: int = Field(default=10, alias="REGISTER_LIMIT", ge=1)
+    register_window_s: float = Field(default=3600.0, alias="REGISTER_WINDOW_S", gt=0)
+    # Proxies whose X-Forwarded-For / X-Forwarded-Proto are believed: addresses, networks, or `*`.
+    forwarded_allow_ips: str = Field(default="127.0.0.1", alias="FORWARDED_ALLOW_IPS")
+    # Origins besides the gateway's own that may send state-changing requests with the session cookie
+    # (comma-separated, e.g. `https://chat.example.org` when a proxy rewrites the Host header).
+    allowed_origins: str = Field(default="", alias="GATEWAY_ALLOWED_ORIGINS")
+    # Turns one account may have running at once (across its chats), and the longest answer it may ask for.
+    max_turns_per_user: int = Field(default=4, alias="MAX_TURNS_PER_USER", ge=1)
+    max_tokens: int = Field(default=2048, alias="MAX_TOKENS", ge=1, le=8192)
 
     # What the gateway sends as history: the worker refuses more than this (WORKER_API.md limits).
     max_history_messages: int = Field(default=200, alias="MAX_HISTORY_MESSAGES")
@@ -56,6 +78,9 @@ class Settings(BaseSettings):
 
     web_dir: Path = Field(default=REPO_ROOT / "web", alias="WEB_DIR")
 
+    def origins(self) -> set[str]:
+        return {o.strip().rstrip("/").lower() for o in self.allowed_origins.split(",") if o.strip()}
+
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
@@ -66,7 +91,7 @@ class Settings(BaseSettings):
         if self.jwt_secret is not None and self.jwt_secret.get_secret_value():
             return self.jwt_secret.get_secret_value()
         path = self.index_store / "gateway_jwt_secret"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         try:
             # O_EXCL: when several gateway processes start at once, exactly one writes the secret.
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -26,6 +26,7 @@ from .context import Context, ctx, current_user, in_thread, path_id, read_json
 from .db import Chat, Message, SettingRow, User, utcnow
 from .errors import ApiError, BadRequest, Conflict
 from .gate import should_use_rag
+from .quotas import check_options
 from .schemas import TurnRequest
 from .sse import KEEPALIVE, SSE_HEADERS, Frame, frame
 
@@ -353,11 +354,18 @@ async def _store_failure(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
 async def start_turn(request: Request) -> tuple[Context, TurnPlan, asyncio.Queue, asyncio.Task]:
     user, c, chat_id = await current_user(request), ctx(request), path_id(request)
     body = await read_json(request, TurnRequest)
-    plan = await in_thread(plan_turn, c, user, chat_id, body)
+    check_options(body.options, c.settings)
+    slot = c.turn_slots.take(user.id)  # MAX_TURNS_PER_USER: a 429 when the account has that many running
+    try:
+        plan = await in_thread(plan_turn, c, user, chat_id, body)
+    except BaseException:
+        slot.release()
+        raise
     out: asyncio.Queue = asyncio.Queue()
     task = asyncio.create_task(run_turn(c, plan, out), name=f"turn-chat-{chat_id}")
     c.running.add(task)
     task.add_done_callback(c.running.discard)
+    task.add_done_callback(slot.release)
     return c, plan, out, task
 
 

@@ -36,6 +36,7 @@ def client(tmp_path_factory) -> TestClient:
 def register(client: TestClient, name: str, password: str = "password123") -> dict:
     r = client.post("/api/auth/register", json={"username": name, "password": password})
     assert r.status_code == 201, r.text
+    client.cookies.clear()  # these tests sign in as scripts do, with the Bearer token (cookies: test_sessions)
     return {"Authorization": f"Bearer {r.json()['token']}", "_user": r.json()["user"]}
 
 
@@ -137,6 +138,7 @@ def test_bad_tokens_get_a_clear_401(client, alice, kind, route) -> None:
 
 
 def test_no_token_is_a_401(client) -> None:
+    client.cookies.clear()
     for method, path in [
         ("GET", "/api/chats"),
         ("POST", "/api/chats/1/messages/stream"),

@@ -1,0 +1,61 @@
+"""What one account may ask of the shared machine: running turns at once, and answer length.
+
+A turn holds worker threads (the embedded model's, or an Ollama slot) for as long as it runs, so one account
+with many chats open could occupy all of them. Counted in this gateway process (like the login throttle); a
+deployment with several gateway replicas multiplies the allowance by their number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import BadRequest, TooManyRequests
+from .schemas import TurnOptions
+from .settings import Settings
+
+
+@dataclass
+class TurnSlot:
+    slots: TurnSlots
+    user_id: int
+    released: bool = False
+
+    def release(self, *_ignored: object) -> None:
+        """Give the slot back (idempotent; usable as a task's done callback)."""
+        if not self.released:
+            self.released = True
+            self.slots.give_back(self.user_id)
+
+
+@dataclass
+class TurnSlots:
+    per_user: int
+    running: dict[int, int] = field(default_factory=dict)
+
+    def take(self, user_id: int) -> TurnSlot:
+        """A slot for one more running turn, or a 429 when the user already has `per_user` running."""
+        if self.running.get(user_id, 0) >= self.per_user:
+            raise TooManyRequests(
+                f"you already have {self.per_user} answers being written: wait for one to finish",
+                code="too_many_turns",
+                headers={"Retry-After": "5"},
+            )
+        self.running[user_id] = self.running.get(user_id, 0) + 1
+        return TurnSlot(self, user_id)
+
+    def give_back(self, user_id: int) -> None:
+        left = self.running.get(user_id, 0) - 1
+        if left > 0:
+            self.running[user_id] = left
+        else:
+            self.running.pop(user_id, None)
+
+
+def check_options(options: TurnOptions | None, settings: Settings) -> None:
+    """Limits that depend on this server's settings (the schema already checked types and ranges)."""
+    if options is not None and options.max_tokens is not None and options.max_tokens > settings.max_tokens:
+        raise BadRequest(
+            f"max_tokens may be at most {settings.max_tokens} on this server",
+            code="too_large",
+            field="options.max_tokens",
+        )
