@@ -1,8 +1,5 @@
 // The gateway's REST API (GATEWAY_API.md): the one place that knows URLs, the token and error shapes.
 
-const TOKEN_KEY = "rag-chat-token";
-const USER_KEY = "rag-chat-user";
-
 /** An error answer from the gateway, `{"error", "code", "field"?}`, or a network failure (status 0). */
 export class ApiError extends Error {
   constructor(status, message, code = "", field = null) {
@@ -14,28 +11,15 @@ export class ApiError extends Error {
   }
 }
 
-// The session lives in sessionStorage: it ends with the tab, and other tabs sign in on their own.
+// The session is the gateway's HttpOnly cookie: this page never sees the token (no script can read it), every
+// tab shares it, and the browser sends it with each same-origin request. The page only remembers who it is.
 export const session = {
-  get token() {
-    return sessionStorage.getItem(TOKEN_KEY);
-  },
-  get user() {
-    try {
-      return JSON.parse(sessionStorage.getItem(USER_KEY) || "null");
-    } catch {
-      return null;
-    }
-  },
-  save(token, user) {
-    sessionStorage.setItem(TOKEN_KEY, token);
-    sessionStorage.setItem(USER_KEY, JSON.stringify(user));
-  },
+  user: null,
   setUser(user) {
-    sessionStorage.setItem(USER_KEY, JSON.stringify(user));
+    this.user = user;
   },
   clear() {
-    sessionStorage.removeItem(TOKEN_KEY);
-    sessionStorage.removeItem(USER_KEY);
+    this.user = null;
   },
 };
 
@@ -44,12 +28,6 @@ let onUnauthorized = () => {};
 /** Called with no argument whenever the gateway answers 401 to a signed-in request. */
 export function setUnauthorizedHandler(handler) {
   onUnauthorized = handler;
-}
-
-function authHeaders(extra = {}) {
-  const headers = { ...extra };
-  if (session.token) headers.Authorization = `Bearer ${session.token}`;
-  return headers;
 }
 
 async function errorFrom(response) {
@@ -63,18 +41,18 @@ async function errorFrom(response) {
   return new ApiError(response.status, message, body?.code || "", body?.field ?? null);
 }
 
-function checkUnauthorized(status, hadToken) {
+function checkUnauthorized(status, hadSession) {
   // A 401 on login itself means a wrong password, not an ended session.
-  if (status === 401 && hadToken) {
+  if (status === 401 && hadSession) {
     session.clear();
     onUnauthorized();
   }
 }
 
-/** fetch() with the token; resolves to the raw Response when ok, throws ApiError otherwise. */
+/** fetch() with the session cookie; resolves to the raw Response when ok, throws ApiError otherwise. */
 export async function send(method, path, { json, body, headers = {}, signal } = {}) {
-  const hadToken = Boolean(session.token);
-  const init = { method, headers: authHeaders(headers), signal };
+  const hadSession = Boolean(session.user);
+  const init = { method, headers: { ...headers }, signal, credentials: "same-origin" };
   if (json !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(json);
@@ -89,7 +67,7 @@ export async function send(method, path, { json, body, headers = {}, signal } = 
     throw new ApiError(0, "The server cannot be reached. Check your connection and try again.", "network");
   }
   if (!response.ok) {
-    checkUnauthorized(response.status, hadToken);
+    checkUnauthorized(response.status, hadSession);
     throw await errorFrom(response);
   }
   return response;
@@ -113,6 +91,12 @@ export const api = {
   register: (username, password) => call("POST", "/api/auth/register", { username, password }),
   login: (username, password) => call("POST", "/api/auth/login", { username, password }),
   me: () => call("GET", "/api/auth/me"),
+  /** Ends every session of this account (all tabs and devices) and clears the cookie. */
+  logout: () => call("POST", "/api/auth/logout"),
+  changePassword: (currentPassword, newPassword) =>
+    call("POST", "/api/auth/password", { current_password: currentPassword, new_password: newPassword }),
+  listUsers: () => call("GET", "/api/users"),
+  setUserDisabled: (id, disabled) => call("PATCH", `/api/users/${encodeURIComponent(id)}`, { disabled }),
 
   listChats: async () => list(await call("GET", "/api/chats"), "chats"),
   createChat: (fields = {}) => call("POST", "/api/chats", fields),
@@ -154,10 +138,9 @@ export const api = {
  */
 export function uploadDocument(indexId, file, dataset, onProgress) {
   return new Promise((resolve, reject) => {
-    const hadToken = Boolean(session.token);
+    const hadSession = Boolean(session.user);
     const xhr = new XMLHttpRequest();
     xhr.open("POST", `/api/indexes/${encodeURIComponent(indexId)}/documents`);
-    if (session.token) xhr.setRequestHeader("Authorization", `Bearer ${session.token}`);
     xhr.responseType = "text";
     xhr.upload.addEventListener("progress", (event) => {
       if (event.lengthComputable) onProgress(event.loaded / event.total);
@@ -174,7 +157,7 @@ export function uploadDocument(indexId, file, dataset, onProgress) {
         resolve(body);
         return;
       }
-      checkUnauthorized(xhr.status, hadToken);
+      checkUnauthorized(xhr.status, hadSession);
       const message = body?.error || `${xhr.status} ${xhr.statusText || "error"}`.trim();
       reject(new ApiError(xhr.status, message, body?.code || "", body?.field ?? null));
     });

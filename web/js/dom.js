@@ -18,6 +18,8 @@ export function h(tag, attrs = {}, ...children) {
       el.textContent = value;
     } else if (key === "value") {
       el.value = value;
+    } else if (key === "style" && typeof value === "string") {
+      el.style.cssText = value; // through CSSOM: a style attribute would be refused by the page's CSP
     } else if (key === "dataset") {
       Object.assign(el.dataset, value);
     } else if (key in el && typeof value !== "string") {

@@ -25,7 +25,7 @@ setUnauthorizedHandler(() => {
 
 function route() {
   const { name, id } = parseRoute();
-  if (!session.token) {
+  if (!session.user) {
     if (name !== "login") {
       navigate("#/login");
       return;
@@ -34,10 +34,6 @@ function route() {
     return;
   }
   if (name === "login") {
-    navigate("#/chats");
-    return;
-  }
-  if (name === "settings" && !session.user?.is_admin) {
     navigate("#/chats");
     return;
   }
@@ -133,7 +129,7 @@ function ensureShell() {
       "nav",
       { class: "sidebar-nav", "aria-label": "Sections" },
       navLink("documents", "Documents", "files"),
-      user.is_admin ? navLink("settings", "Settings", "settings") : null,
+      navLink("settings", "Settings", "settings"),
     ),
     h(
       "div",
@@ -148,7 +144,12 @@ function ensureShell() {
           type: "button",
           "aria-label": "Sign out",
           title: "Sign out",
-          onclick: () => {
+          onclick: async () => {
+            try {
+              await api.logout();
+            } catch {
+              // Offline: the cookie stays until it expires, but this tab forgets the user.
+            }
             session.clear();
             navigate("#/login");
           },
@@ -209,12 +210,11 @@ document.addEventListener("click", (event) => {
 
 async function start() {
   onRoute(route);
-  if (session.token) {
-    try {
-      session.setUser(await api.me());
-    } catch {
-      // A 401 has already sent us to login; a network error leaves the cached user in place.
-    }
+  try {
+    // Signed in when the browser holds a valid session cookie (from this tab or another).
+    session.setUser(await api.me());
+  } catch {
+    // A 401: not signed in; a network error: the login page says so on the next try.
   }
   route();
 }

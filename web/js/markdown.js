@@ -1,8 +1,10 @@
 // Answers arrive as markdown written by a model that read user-supplied documents: treat them as hostile.
 // marked renders, DOMPurify sanitises to a short allow-list, and links are kept only for web/mail schemes.
 
-import DOMPurify from "dompurify";
-import { marked } from "marked";
+// No build step: third-party modules come straight from node_modules (npm ci --prefix web), by path (an
+// import map would be an inline script, which the Content-Security-Policy forbids).
+import DOMPurify from "../node_modules/dompurify/dist/purify.es.mjs";
+import { marked } from "../node_modules/marked/lib/marked.esm.js";
 
 const purifier = DOMPurify(window);
 

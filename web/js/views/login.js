@@ -57,7 +57,7 @@ export function renderLogin({ notice = "", onSignedIn }) {
         try {
           const call = mode === "register" ? api.register : api.login;
           const answer = await call(username.value.trim(), password.value);
-          session.save(answer.token, answer.user);
+          session.setUser(answer.user); // the token itself arrived as an HttpOnly cookie
           onSignedIn(answer.user);
         } catch (err) {
           error.textContent =

@@ -1,8 +1,11 @@
-// Admin settings: the turn options the gateway sends with every chat turn (GET/PUT /api/settings).
-// Every field may be left on "default", which leaves the worker's own default in force; the worker's
-// effective defaults (`worker_defaults`, from its /config) are shown next to each field.
+// Settings. Everyone: their account (change password, which signs out every other session).
+// Admins also: the accounts on this server (disable / enable, which ends the account's sessions), and the turn
+// options the gateway sends with every chat turn (GET/PUT /api/settings). Every turn option may be left on
+// "default", which leaves the worker's own default in force; the worker's effective defaults
+// (`worker_defaults`, from its /config, shown to admins only) appear next to each field.
 
-import { api } from "../api.js";
+import { api, session } from "../api.js";
+import { confirmDialog } from "../dialogs.js";
 import { announce, h, icon, mount } from "../dom.js";
 
 const SWITCHES = [
@@ -26,16 +29,84 @@ export class SettingsView {
 
   async start() {
     document.title = "Settings · RAG Chat";
+    this.defaults = h("div", { class: "turn-defaults" });
+    this.accounts = h("div", { class: "accounts" });
+    const admin = Boolean(session.user?.is_admin);
+    mount(this.body, passwordForm(), admin ? this.accounts : null, admin ? this.defaults : null);
+    if (!admin) return;
+    this.renderAccounts();
     let data;
     try {
       data = await api.getSettings();
     } catch (err) {
-      if (err.status !== 401) mount(this.body, h("p", { class: "form-error", role: "alert", text: err.message }));
+      if (err.status !== 401) mount(this.defaults, h("p", { class: "form-error", role: "alert", text: err.message }));
       return;
     }
     this.options = data?.options || {};
     this.worker = data?.worker_defaults || null;
     this.render();
+  }
+
+  async renderAccounts() {
+    let users;
+    try {
+      users = await api.listUsers();
+    } catch (err) {
+      if (err.status !== 401) mount(this.accounts, h("p", { class: "form-error", role: "alert", text: err.message }));
+      return;
+    }
+    const rows = users.map((user) => {
+      const self = user.id === session.user?.id;
+      const button = self
+        ? h("span", { class: "muted", text: "you" })
+        : h("button", {
+            class: `button small${user.disabled ? "" : " danger"}`,
+            type: "button",
+            text: user.disabled ? "Enable" : "Disable",
+            "aria-label": `${user.disabled ? "Enable" : "Disable"} ${user.username}`,
+            onclick: async () => {
+              if (
+                !user.disabled &&
+                !(await confirmDialog({
+                  title: `Disable ${user.username}?`,
+                  message: "They are signed out everywhere and cannot sign in until enabled again.",
+                  confirm: "Disable",
+                  danger: true,
+                }))
+              )
+                return;
+              try {
+                await api.setUserDisabled(user.id, !user.disabled);
+                announce(`${user.username} ${user.disabled ? "enabled" : "disabled"}`);
+              } catch (err) {
+                announce(err.message);
+              }
+              this.renderAccounts();
+            },
+          });
+      return h(
+        "tr",
+        { dataset: { username: user.username } },
+        h("td", { text: user.username }),
+        h("td", { text: user.is_admin ? "admin" : "user" }),
+        h("td", { class: "account-state", text: user.disabled ? "disabled" : "active" }),
+        h("td", {}, button),
+      );
+    });
+    mount(
+      this.accounts,
+      h(
+        "section",
+        { class: "card settings-group", "aria-labelledby": "accounts-title" },
+        h("h2", { class: "legend", id: "accounts-title", text: "Accounts" }),
+        h(
+          "table",
+          { class: "doc-table accounts-table" },
+          h("thead", {}, h("tr", {}, ["Name", "Role", "State", ""].map((t) => h("th", { text: t })))),
+          h("tbody", {}, rows),
+        ),
+      ),
+    );
   }
 
   render() {
@@ -189,8 +260,53 @@ export class SettingsView {
       this.worker ? workerInfo(workerSettings, this.worker.reranker) : h("p", { class: "notice", text: "The worker did not answer; its defaults are not shown." }),
       h("div", { class: "form-actions" }, status, h("button", { class: "button primary", type: "submit", text: "Save settings" })),
     );
-    mount(this.body, form);
+    mount(this.defaults, form);
   }
+}
+
+// Change password: the gateway ends every other session and answers with a fresh cookie for this one.
+function passwordForm() {
+  const input = (id, label, autocomplete) => {
+    const control = h("input", { class: "input", id, type: "password", autocomplete, required: true });
+    return { control, element: field(id, label, control) };
+  };
+  const current = input("password-current", "Current password", "current-password");
+  const next = input("password-new", "New password", "new-password");
+  const repeat = input("password-repeat", "Repeat new password", "new-password");
+  next.control.minLength = 8;
+  const status = h("p", { class: "save-status", role: "status" });
+  return h(
+    "form",
+    {
+      class: "card settings-group password-form",
+      "aria-labelledby": "password-title",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        status.className = "save-status";
+        if (next.control.value !== repeat.control.value) {
+          status.textContent = "The new passwords differ.";
+          status.className = "save-status form-error";
+          repeat.control.focus();
+          return;
+        }
+        status.textContent = "Saving…";
+        try {
+          await api.changePassword(current.control.value, next.control.value);
+          for (const { control } of [current, next, repeat]) control.value = "";
+          status.replaceChildren(icon("check"), h("span", { text: "Password changed. Your other sessions were signed out." }));
+          status.className = "save-status ok";
+          announce("Password changed");
+        } catch (err) {
+          status.textContent = err.message;
+          status.className = "save-status form-error";
+          (err.field === "new_password" ? next : current).control.focus();
+        }
+      },
+    },
+    h("h2", { class: "legend", id: "password-title", text: `Your account${session.user ? `: ${session.user.username}` : ""}` }),
+    h("div", { class: "settings-fields" }, current.element, next.element, repeat.element),
+    h("div", { class: "form-actions" }, status, h("button", { class: "button primary", type: "submit", text: "Change password" })),
+  );
 }
 
 function field(id, label, control, help = "") {
