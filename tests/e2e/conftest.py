@@ -78,6 +78,12 @@ def browser():
         browser.close()
 
 
+# Every Content-Security-Policy violation on any page is logged as a console error (and so fails the test that
+# caused it, see ConsoleLog); added before any page script runs, and not itself subject to the policy.
+CSP_REPORTER = """document.addEventListener('securitypolicyviolation', (e) =>
+  console.error(`CSP violation: ${e.violatedDirective} blocked ${e.blockedURI || 'inline'} at ${e.sourceFile}:${e.lineNumber}`));"""
+
+
 class ConsoleLog:
     """Every console error and uncaught exception of the pages it watches."""
 
@@ -104,6 +110,7 @@ def console():
 def page(browser, stack, console):
     """One desktop tab for the module's story (register → upload → chat → reload …), in order."""
     context = browser.new_context(viewport={"width": 1280, "height": 860}, base_url=stack)
+    context.add_init_script(CSP_REPORTER)
     page = context.new_page()
     page.set_default_timeout(60_000)
     console.watch(page)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.e2e.conftest import CSP_REPORTER
 from tests.ollama_server import default_responder
 from tests.servers import SHARED
 
@@ -334,8 +335,12 @@ VIEWS = {
 
 
 def test_screenshots_of_the_main_views(browser, stack, page: Page, console, screenshots):
-    token = page.evaluate("sessionStorage.getItem('rag-chat-token')")
-    user = page.evaluate("sessionStorage.getItem('rag-chat-user')")
+    # The session is the gateway's HttpOnly cookie: page script cannot see it, a new tab shares it.
+    assert page.evaluate("document.cookie") == ""
+    stored = "[...Object.keys(sessionStorage), ...Object.keys(localStorage)].filter(k => /token|user|session/i.test(k))"
+    assert page.evaluate(stored) == []
+    cookies = page.context.cookies()
+    assert [(c["name"], c["httpOnly"], c["sameSite"]) for c in cookies] == [("rag_session", True, "Strict")]
     chat_hash = (
         "#/chats/"
         + page.evaluate("[...document.querySelectorAll('.chat-link')].map(a => a.hash.split('/').pop())")[-1]
@@ -349,16 +354,15 @@ def test_screenshots_of_the_main_views(browser, stack, page: Page, console, scre
                 base_url=stack,
                 device_scale_factor=1 if size == "desktop" else 2,
             )
+            context.add_init_script(CSP_REPORTER)
             shot = context.new_page()
             console.watch(shot)
             shot.goto("/#/login")
             expect(shot.locator(".login-card")).to_be_visible()
             shot.screenshot(path=str(screenshots / f"login-{size}-{scheme}.png"))
-            shot.evaluate(
-                "([t, u]) => { sessionStorage.setItem('rag-chat-token', t); "
-                "sessionStorage.setItem('rag-chat-user', u); }",
-                [token, user],
-            )
+            context.add_cookies(cookies)
+            shot.reload()  # the page learns who is signed in from the cookie when it loads
+            expect(shot.locator(".user-name")).to_have_text(USER)
             for view, target in VIEWS.items():
                 if target is None:
                     continue
@@ -381,3 +385,99 @@ def test_screenshots_of_the_main_views(browser, stack, page: Page, console, scre
                 shot.screenshot(path=str(screenshots / "menu-phone-light.png"))
             context.close()
     assert len(list(screenshots.glob("*.png"))) == 17
+
+
+def test_the_whole_story_ran_under_a_strict_content_security_policy(page: Page, console):
+    """Every view above (uploads, streamed turns, cards with their bars, markdown, settings) ran with
+    `script-src 'self'` and no inline script or style attribute: not one violation was reported."""
+    response = page.goto("/")
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+    assert response.headers["x-content-type-options"] == "nosniff"
+    expect(page.locator(".user-name")).to_have_text(USER)
+    assert [e for e in console.errors if "CSP violation" in e or "Content Security Policy" in e] == []
+    # The reporter works, and the policy is enforced: an injected inline script does not run.
+    console.expected.extend(["CSP violation", "Content Security Policy"])
+    page.evaluate("""() => { const s = document.createElement('script');
+                             s.textContent = 'window.__inline = 1'; document.body.append(s); }""")
+    for _ in range(100):  # the report is an event: wait for it to arrive
+        if any("CSP violation: script-src" in e for e in console.errors):
+            break
+        page.wait_for_timeout(100)
+    assert any("CSP violation: script-src" in e for e in console.errors), console.errors
+    assert page.evaluate("window.__inline") is None
+
+
+def test_change_password_then_sign_out_ends_the_session(browser, stack, page: Page, console):
+    other = browser.new_context(base_url=stack)  # a second device signed in as the same user
+    other.add_init_script(CSP_REPORTER)
+    second = other.new_page()
+    console.watch(second)
+    other.add_cookies(page.context.cookies())
+    second.goto("/#/chats")
+    expect(second.locator(".user-name")).to_have_text(USER)
+
+    page.get_by_role("link", name="Settings").click()
+    page.get_by_label("Current password").fill("not my password")
+    page.get_by_label("New password", exact=True).fill("a brand new passphrase")
+    page.get_by_label("Repeat new password").fill("a brand new passphrase")
+    console.expected.append("status of 400")
+    page.get_by_role("button", name="Change password").click()
+    expect(page.locator(".password-form .save-status")).to_have_text("the current password is wrong")
+    page.get_by_label("Current password").fill(PASSWORD)
+    page.get_by_role("button", name="Change password").click()
+    expect(page.locator(".password-form .save-status")).to_have_text(
+        "Password changed. Your other sessions were signed out."
+    )
+    # This tab carries on; the other device is signed out at its next request.
+    page.reload()
+    expect(page.locator(".user-name")).to_have_text(USER)
+    console.expected.append("status of 401")
+    second.get_by_role("link", name="Documents").click()
+    expect(second.get_by_role("heading", name="Welcome back")).to_be_visible()
+    expect(second.locator(".notice")).to_have_text("Your session has ended. Please sign in again.")
+    other.close()
+
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Welcome back")).to_be_visible()
+    page.reload()
+    expect(page.get_by_role("heading", name="Welcome back")).to_be_visible()
+    page.get_by_label("Username").fill(USER)
+    page.get_by_label("Password").fill("a brand new passphrase")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator(".user-name")).to_have_text(USER)
+
+
+def test_an_admin_disables_an_account_in_settings(browser, stack, page: Page, console):
+    other = browser.new_context(base_url=stack)
+    other.add_init_script(CSP_REPORTER)
+    bob = other.new_page()
+    console.watch(bob)
+    bob.goto("/")
+    bob.get_by_role("button", name="Create an account").click()
+    bob.get_by_label("Username").fill("bob")
+    bob.get_by_label("Password").fill("bobs own passphrase")
+    bob.get_by_role("button", name="Create account").click()
+    expect(bob.locator(".user-name")).to_have_text("bob")
+    # Not an admin: Settings has the account, not the server's accounts or turn defaults.
+    bob.get_by_role("link", name="Settings").click()
+    expect(bob.get_by_role("button", name="Change password")).to_be_visible()
+    expect(bob.locator(".accounts-table")).to_have_count(0)
+    expect(bob.locator(".settings-form")).to_have_count(0)
+
+    page.get_by_role("link", name="Settings").click()
+    row = page.locator(".accounts-table tr[data-username='bob']")
+    expect(row.locator(".account-state")).to_have_text("active")
+    row.get_by_role("button", name="Disable bob").click()
+    page.get_by_role("dialog").get_by_role("button", name="Disable").click()
+    expect(row.locator(".account-state")).to_have_text("disabled")
+
+    console.expected.append("status of 401")
+    bob.get_by_role("link", name="Documents").click()
+    expect(bob.get_by_role("heading", name="Welcome back")).to_be_visible()
+    console.expected.append("status of 403")
+    bob.get_by_label("Username").fill("bob")
+    bob.get_by_label("Password").fill("bobs own passphrase")
+    bob.get_by_role("button", name="Sign in").click()
+    expect(bob.locator(".form-error")).to_have_text("this account has been disabled by an administrator")
+    other.close()
