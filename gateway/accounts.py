@@ -20,7 +20,7 @@ from .context import Context, admin_user, ctx, current_user, in_thread, path_id,
 from .db import Database, User, iso
 from .errors import BadRequest, Conflict, Forbidden, NotFound, Unauthorized
 from .schemas import Credentials, PasswordChange, Registration, UserUpdate
-from .sessions import check_origin, clear_session_cookie, set_session_cookie
+from .sessions import COOKIE, check_origin, clear_session_cookie, set_session_cookie
 
 
 def user_json(user: User) -> dict:
@@ -175,6 +175,19 @@ async def me(request: Request) -> JSONResponse:
     return JSONResponse(user_json(await current_user(request)))
 
 
+async def session_user(request: Request) -> JSONResponse:
+    """Who this browser is signed in as: `{"user": {...}}`, or `{"user": null}` (a 200 either way, so a page
+    can ask at load without an error; a dead cookie is cleared)."""
+    try:
+        user = await current_user(request)
+    except (Unauthorized, Forbidden):
+        response = JSONResponse({"user": None})
+        if request.cookies.get(COOKIE):
+            clear_session_cookie(response, request)
+        return response
+    return JSONResponse({"user": user_json(user)})
+
+
 async def list_users(request: Request) -> JSONResponse:
     await admin_user(request)
     c = ctx(request)
@@ -216,6 +229,7 @@ routes = [
     Route("/api/auth/logout", logout, methods=["POST"]),
     Route("/api/auth/password", change_password, methods=["POST"]),
     Route("/api/auth/me", me, methods=["GET"]),
+    Route("/api/auth/session", session_user, methods=["GET"]),
     Route("/api/users", list_users, methods=["GET"]),
     Route("/api/users/{id:int}", update_user, methods=["PATCH"]),
 ]

@@ -91,6 +91,8 @@ export const api = {
   register: (username, password) => call("POST", "/api/auth/register", { username, password }),
   login: (username, password) => call("POST", "/api/auth/login", { username, password }),
   me: () => call("GET", "/api/auth/me"),
+  /** `{"user": {...}}` when this browser holds a valid session cookie, else `{"user": null}`. */
+  currentSession: () => call("GET", "/api/auth/session"),
   /** Ends every session of this account (all tabs and devices) and clears the cookie. */
   logout: () => call("POST", "/api/auth/logout"),
   changePassword: (currentPassword, newPassword) =>

@@ -212,9 +212,9 @@ async function start() {
   onRoute(route);
   try {
     // Signed in when the browser holds a valid session cookie (from this tab or another).
-    session.setUser(await api.me());
+    session.setUser((await api.currentSession())?.user || null);
   } catch {
-    // A 401: not signed in; a network error: the login page says so on the next try.
+    // A network error: the login page says so on the next try.
   }
   route();
 }
