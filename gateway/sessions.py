@@ -31,8 +31,11 @@ def request_token(request: Request) -> tuple[str, bool]:
     return bearer_token(None), False  # raises the 401 that says how to sign in
 
 
-def own_origin(request: Request) -> str:
-    return f"{request.url.scheme}://{request.headers.get('host', '')}".lower()
+def same_host(origin: str, request: Request) -> bool:
+    """The Origin names the host (and port) this request was sent to. The scheme is not compared: a proxy
+    that terminates TLS in front of another may pass `http` on although the page was `https`."""
+    _scheme, sep, host = origin.partition("://")
+    return bool(sep) and host == request.headers.get("host", "").strip().lower()
 
 
 def check_origin(request: Request, settings: Settings, *, required: bool) -> None:
@@ -46,7 +49,7 @@ def check_origin(request: Request, settings: Settings, *, required: bool) -> Non
             )
         return
     origin = origin.strip().rstrip("/").lower()
-    if origin != own_origin(request) and origin not in settings.origins():
+    if not same_host(origin, request) and origin not in settings.origins():
         raise Forbidden(f"requests from {origin} are not accepted here", code="origin_not_allowed")
 
 

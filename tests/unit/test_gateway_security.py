@@ -250,8 +250,13 @@ def test_state_changing_cookie_requests_must_come_from_our_own_pages(tmp_path) -
         r = c.post("/api/auth/logout", headers={"Origin": "http://evil.example"})
         assert c.get("/api/auth/me").status_code == 200  # a foreign page cannot sign the user out either
         assert c.get("/api/chats").json() == []  # reads need no Origin
+        for lookalike in ("http://gw.test.evil.example", "http://evil.example/http://gw.test", "null"):
+            r = c.post("/api/chats", json={}, headers={"Origin": lookalike})
+            assert r.status_code == 403, lookalike
         r = c.post("/api/chats", json={"title": "mine"}, headers={"Origin": "http://gw.test"})
         assert r.status_code == 201
+        # Served as https by a TLS proxy that passes plain http on: still the same host.
+        assert c.post("/api/chats", json={}, headers={"Origin": "https://gw.test"}).status_code == 201
         # A script with the Bearer token needs no Origin.
         token = login(c, "alice", PASSWORD, "198.51.100.6").json()["token"]
         c.cookies.clear()
