@@ -315,7 +315,7 @@ def test_an_admin_changes_the_turn_defaults(page: Page):
     hyde.select_option("on")
     page.get_by_label("Passages per answer").fill("4")
     page.get_by_role("button", name="Save settings").click()
-    expect(page.locator(".save-status")).to_have_text("Saved. New turns use these settings.")
+    expect(page.locator(".settings-form .save-status")).to_have_text("Saved. New turns use these settings.")
     page.reload()
     expect(page.get_by_label("HyDE", exact=True)).to_have_value("on")
     expect(page.get_by_label("Passages per answer")).to_have_value("4")
@@ -323,7 +323,7 @@ def test_an_admin_changes_the_turn_defaults(page: Page):
     page.get_by_label("HyDE", exact=True).select_option("")
     page.get_by_label("Passages per answer").fill("")
     page.get_by_role("button", name="Save settings").click()
-    expect(page.locator(".save-status")).to_have_text("Saved. New turns use these settings.")
+    expect(page.locator(".settings-form .save-status")).to_have_text("Saved. New turns use these settings.")
 
 
 VIEWS = {
