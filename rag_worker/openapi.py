@@ -33,7 +33,7 @@ ANSWER = {
         "history": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
         "documents": {"type": "array", "items": {"$ref": "#/components/schemas/Document"}},
         "fetched_new_documents": {"type": "boolean"},
-        "route": {"enum": ["rag", "direct"]},
+        "route": {"enum": ["rag", "direct", "sql"]},
         "citations": {"type": "array", "items": {"type": "object"}},
         "abstained": {"type": "boolean"},
         "model": {"type": "string"},

@@ -40,10 +40,17 @@ class Document(_Strict):
     provenance: float | None = None
     rank: int | None = None
     ref: str | None = None
+    # A computed result of the `sql` route: kind "table", the query, its columns and rows.
+    kind: str | None = Field(default=None, max_length=32)
+    query: str | None = Field(default=None, max_length=20_000)
+    columns: list[str] | None = None
+    rows: list[list[Any]] | None = None
+    truncated: bool | None = None
+    tables: list[str] | None = None
 
 
 class Options(_Strict):
-    route: Literal["auto", "rag", "direct"] = "auto"
+    route: Literal["auto", "rag", "direct", "sql"] = "auto"
     rewrite: bool | None = None
     hyde: bool | None = None
     rerank: bool | None = None

@@ -89,6 +89,12 @@ class Settings(BaseSettings):
 
     keepalive_s: float = Field(default=15.0, alias="SSE_KEEPALIVE_S")
 
+    # Text-to-SQL over spreadsheet tables (rag_worker/pipeline/sql.py): result rows kept, query time limit,
+    # and the tokens the utility model may spend writing the query.
+    sql_max_rows: int = Field(default=200, ge=1, alias="SQL_MAX_ROWS")
+    sql_timeout_s: float = Field(default=10.0, gt=0, alias="SQL_TIMEOUT_S")
+    sql_max_tokens: int = Field(default=400, ge=16, alias="SQL_MAX_TOKENS")
+
     @property
     def lancedb_dir(self) -> Path:
         return self.index_store / "lancedb"

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from docling_core.types.doc import DocItemLabel
 
+from .. import tables
 from ..errors import ApiError
 from ..names import check_filename, check_name
 from ..runtime import offload
@@ -174,6 +175,7 @@ class Prepared:
     title: str
     chunks: list[Chunk]
     keep_at: Path | None = None
+    sheets: list | None = None  # spreadsheets: the sheets to load as SQL tables (rag_worker/tables.py)
 
 
 def ingest_steps(
@@ -244,6 +246,9 @@ def prepare_steps(
         document_title(converted, filename),
         chunks,
         keep_at,
+        sheets=offload(
+            tables.sheets_or_none, path, converted.kind, part.converter.limits.max_spreadsheet_cells
+        ),
     )
 
 
@@ -259,6 +264,9 @@ def write_prepared(services: Services, index: str, prepared: Prepared, vectors) 
         )
         if prepared.keep_at is not None:
             _keep(prepared.path, prepared.keep_at)
+        described = offload(tables.store_sheets, services.settings, index, prepared)
+        if described:
+            overview = f"{overview} Tables: {'; '.join(described)}"
         entry = {
             "dataset": prepared.dataset,
             "filename": prepared.filename,
@@ -319,6 +327,7 @@ def delete_document(services: Services, index: str, dataset: str, filename: str)
     with services.index_lock(index):
         count = services.store.delete_document(index, dataset=dataset, filename=filename)
         offload(overviews.remove_overview, services.settings, index, dataset=dataset, filename=filename)
+        offload(tables.remove_tables, services.settings, index, dataset, filename)
         original = uploads_path(services, index, dataset, filename)
         original.unlink(missing_ok=True)
     return count
@@ -330,6 +339,7 @@ def drop_index(services: Services, index: str, *, remove_uploads: bool = False) 
     with services.index_lock(index):
         existed = services.store.drop(index)
         overviews.drop_overviews(services.settings, index)
+        tables.drop_tables(services.settings, index)
         folder = services.settings.uploads_dir / index
         if remove_uploads and folder.is_dir():
             shutil.rmtree(folder)

@@ -11,7 +11,18 @@ from ..errors import ApiError, NotFound
 from ..llm import CancelToken
 from ..schemas import ChatRequest
 from ..services import Services
-from . import citations, expand, fetch_check, generate, provenance, relevance, retrieve, rewrite, triage
+from . import (
+    citations,
+    expand,
+    fetch_check,
+    generate,
+    provenance,
+    relevance,
+    retrieve,
+    rewrite,
+    sql,
+    triage,
+)
 from .events import Documents, Done, Error, Event, Token
 from .turn import Turn, TurnOptions
 
@@ -67,7 +78,7 @@ def run_turn(turn: Turn) -> Iterator[Event]:
 
 def _run(turn: Turn) -> Iterator[Event]:
     req, opts = turn.request, turn.options
-    route = "direct" if opts.route == "direct" else "rag"
+    route = opts.route if opts.route in ("direct", "sql") else "rag"
     query, rewritten = req.prompt, None
     documents: list[dict] = []
     fetched_new = False
@@ -100,11 +111,14 @@ def _run(turn: Turn) -> Iterator[Event]:
                 tri = triage.triage(turn, query)
             route = tri.route
             yield turn.step("triage", tri.reason, tri.method, route=route)
+        if route == "sql":
+            documents, route = yield from sql.sql_turn(turn, query)
+            fetched_new = bool(documents)
         if route == "rag":
             documents, abstained = yield from _retrieve(turn, query)
             fetched_new = True
 
-    if route == "rag":
+    if route in ("rag", "sql"):
         yield Documents(documents)
 
     answer_parts: list[str] = []
@@ -113,7 +127,7 @@ def _run(turn: Turn) -> Iterator[Event]:
     if abstained:
         pieces: Iterator[str] = generate.words_of(turn.prompt("abstain"))
     else:
-        if route == "rag":
+        if route in ("rag", "sql"):
             system = generate.sources_message(turn, documents)
             messages = generate.llm_messages(turn, turn.prompt("system"), system)
         else:
@@ -129,7 +143,7 @@ def _run(turn: Turn) -> Iterator[Event]:
     reply = "".join(answer_parts).strip()
 
     cited: list[dict] = []
-    if route == "rag" and not abstained:
+    if route in ("rag", "sql") and not abstained:
         yield turn.step("verifying", "Checking citations")
         reply, cited, invented = citations.validate(reply, documents)
         turn.flags["invented_refs"] = invented

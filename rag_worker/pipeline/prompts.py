@@ -39,6 +39,11 @@ DEFAULTS: dict[str, str] = {
         "reference document. Reply with the passage only."
     ),
     "title": "Write a title of at most six words for a chat that starts with this question. Reply with the title only.",
+    "sql": (
+        "You write one DuckDB SQL SELECT statement that answers the user's question from the tables below. "
+        "Use only these tables and columns. Reply with the SQL only: no explanation, no code fence. "
+        "If the tables cannot answer the question, reply NONE."
+    ),
     "abstain": (
         "I could not find anything in the indexed documents that answers this question, so I won't guess. "
         "Try rephrasing it, widening the dataset selection, or adding documents that cover it."

@@ -20,8 +20,13 @@ class Triage:
 
 def triage(turn: Turn, query: str) -> Triage:
     forced = turn.options.route
-    if forced in ("rag", "direct"):
+    if forced in ("rag", "direct", "sql"):
         return Triage(forced, "forced", f"options.route = {forced}")
+    from .sql import sql_route
+
+    tables = sql_route(turn, query)
+    if tables:
+        return Triage("sql", "cues", f"a question to compute over {tables}")
     probe = turn.services.store.search(
         turn.request.indexes,
         query,
