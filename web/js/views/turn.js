@@ -19,9 +19,10 @@ const STEP_NAMES = {
   generating: "Writing the answer",
   provenance: "Measuring source use",
   verifying: "Checking citations",
+  sql: "Computing over tables",
 };
 
-const ROUTE_NAMES = { rag: "Search your documents", direct: "Answer directly" };
+const ROUTE_NAMES = { rag: "Search your documents", direct: "Answer directly", sql: "Compute over tables" };
 
 /** The user's message: plain text, never markup. */
 export function renderUserMessage(text) {
@@ -252,6 +253,7 @@ export class AssistantMessage {
   }
 
   renderCard(doc) {
+    if (doc.kind === "table") return this.renderTableCard(doc);
     const place = [doc.dataset, typeof doc.page === "number" ? `p. ${doc.page}` : null].filter(Boolean).join(" · ");
     const score = typeof doc.rerank_score === "number" ? doc.rerank_score : doc.score;
     const parts = [`retrieved #${doc.rank}`];
@@ -288,6 +290,40 @@ export class AssistantMessage {
       place ? h("p", { class: "doc-place muted", text: place }) : null,
       h("p", { class: "doc-scores", title }, ...scores),
       text ? h("p", { class: "doc-snippet", text: text.length > 280 ? `${text.slice(0, 280)}…` : text }) : null,
+    );
+  }
+
+  /** A computed result (the `sql` route): the query and the rows it returned, as text only. */
+  renderTableCard(doc) {
+    const columns = Array.isArray(doc.columns) ? doc.columns : [];
+    const rows = Array.isArray(doc.rows) ? doc.rows : [];
+    const shown = rows.slice(0, 50);
+    const cell = (v) => (v === null || v === undefined ? "" : String(v));
+    const table = h(
+      "table",
+      { class: "result-table" },
+      h("thead", {}, h("tr", {}, ...columns.map((c) => h("th", { scope: "col", text: cell(c) })))),
+      h("tbody", {}, ...shown.map((row) => h("tr", {}, ...row.map((v) => h("td", { text: cell(v) }))))),
+    );
+    const count = `${rows.length} row${rows.length === 1 ? "" : "s"}${doc.truncated ? " (more not shown)" : ""}`;
+    return h(
+      "li",
+      {
+        class: "doc-card table-card",
+        id: `card-${this.key}-${doc.ref}`,
+        tabindex: "-1",
+        dataset: { ref: doc.ref, kind: "table" },
+        "aria-label": `Source ${doc.ref}: query result over ${doc.filename || "a table"}`,
+      },
+      h(
+        "div",
+        { class: "doc-head" },
+        h("span", { class: "ref-badge", text: doc.ref }),
+        h("span", { class: "doc-name", text: doc.filename || "table", title: doc.filename || "" }),
+      ),
+      h("p", { class: "doc-place muted", text: `SQL result · ${count}` }),
+      h("pre", { class: "sql-query" }, h("code", { text: doc.query || "" })),
+      h("div", { class: "result-table-wrap" }, table),
     );
   }
 
