@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     max_unzipped_bytes: int = Field(default=256 * 1024 * 1024, alias="MAX_UNZIPPED_BYTES")
     max_zip_entries: int = Field(default=10_000, alias="MAX_ZIP_ENTRIES")
     max_spreadsheet_cells: int = Field(default=1_000_000, alias="MAX_SPREADSHEET_CELLS")
+    # LibreOffice headless converts .doc/.xls/.ppt/.odt/.ods/.odp/.rtf: its time and address-space limits.
+    office_timeout_s: float = Field(default=120.0, gt=0, alias="OFFICE_TIMEOUT_S")
+    office_memory_mb: int = Field(default=2048, ge=256, alias="OFFICE_MEMORY_MB")
     # Per-document overviews: "auto" summarises with the utility model on Ollama only (the embedded model is too
     # slow to summarise every upload); "off" always uses the model-free overview (title + leading sentences).
     overview_summaries: Literal["auto", "on", "off"] = Field(default="auto", alias="OVERVIEW_SUMMARIES")

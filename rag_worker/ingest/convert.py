@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
 
 from docling_core.types.doc import DocItemLabel, DoclingDocument
 
+from . import mail_office
 from .formats import IngestError, decode_text, kind_of, sniff
 from .limits import Limits, check
 
@@ -30,6 +31,8 @@ class Converted:
     document: DoclingDocument
     kind: str
     pages: int | None  # paginated kinds only (PDF; spreadsheets count sheets as pages)
+    metadata: dict = field(default_factory=dict)  # e-mail headers, kept on every chunk
+    attachments: list[tuple[str, bytes]] = field(default_factory=list)  # e-mail attachments to index too
 
 
 class Converter:
@@ -97,9 +100,40 @@ class Converter:
         kind = kind_of(filename)
         sniff(path, kind)
         check(path, kind, self.limits)
+        metadata: dict = {}
+        attachments: list[tuple[str, bytes]] = []
         if kind == "txt":
             doc = text_document(decode_text(path.read_bytes()), Path(filename).stem)
             pages = None
+        elif kind in mail_office.MAIL_KINDS:
+            mail = mail_office.read_eml(path) if kind == "eml" else mail_office.read_msg(path)
+            doc = mail_office.mail_document(mail, Path(filename).stem)
+            metadata = {"email": mail.headers}
+            attachments = mail.attachments
+            pages = None
+        elif kind in mail_office.OFFICE_TWIN:
+            twin_kind = mail_office.OFFICE_TWIN[kind]
+            with mail_office.temp_dir() as tmp:
+                twin = mail_office.office_to_ooxml(
+                    path,
+                    kind,
+                    Path(tmp),
+                    timeout_s=self.limits.office_timeout_s,
+                    memory_mb=self.limits.office_memory_mb,
+                )
+                check(twin, twin_kind, self.limits)
+                doc = self._convert_docling(twin, twin_kind, f"{Path(filename).stem}.{twin_kind}")
+            pages = (doc.num_pages() or None) if twin_kind == "xlsx" else None
+        elif kind == "epub":
+            title, html = mail_office.epub_to_html(path)
+            with mail_office.temp_dir() as tmp:
+                page = Path(tmp) / "book.html"
+                page.write_text(html, encoding="utf-8")
+                doc = self._convert_docling(page, "html", f"{Path(filename).stem}.html")
+            pages = None
+        elif kind == "tsv":
+            pages = None
+            doc = self._convert_docling(path, kind, f"{Path(filename).stem}.csv")
         else:
             pages = pdf_page_count(path) if kind == "pdf" else None
             doc = self._convert_docling(path, kind, filename)
@@ -109,7 +143,7 @@ class Converter:
             if kind == "pdf":
                 raise IngestError("no_text_layer", f"the PDF has {pages} page(s) but {NO_TEXT_LAYER}")
             raise IngestError("empty", "the file contains no text")
-        return Converted(document=doc, kind=kind, pages=pages)
+        return Converted(document=doc, kind=kind, pages=pages, metadata=metadata, attachments=attachments)
 
     def _convert_docling(self, path: Path, kind: str, filename: str) -> DoclingDocument:
         from docling.datamodel.base_models import ConversionStatus

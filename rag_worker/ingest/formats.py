@@ -23,7 +23,30 @@ EXTENSIONS: dict[str, str] = {
     ".md": "md",
     ".markdown": "md",
     ".txt": "txt",
+    # Mail, legacy and open office formats, e-books (rag_worker/ingest/mail_office.py).
+    ".tsv": "tsv",
+    ".eml": "eml",
+    ".msg": "msg",
+    ".doc": "doc",
+    ".xls": "xls",
+    ".ppt": "ppt",
+    ".odt": "odt",
+    ".ods": "ods",
+    ".odp": "odp",
+    ".rtf": "rtf",
+    ".epub": "epub",
 }
+
+# Zip packages that are not Office Open XML, and the part (or mimetype) each one carries.
+_ZIP_MIMETYPE = {
+    "odt": b"application/vnd.oasis.opendocument.text",
+    "ods": b"application/vnd.oasis.opendocument.spreadsheet",
+    "odp": b"application/vnd.oasis.opendocument.presentation",
+    "epub": b"application/epub+zip",
+}
+# OLE2 compound files: .doc, .xls, .ppt and Outlook .msg.
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_OLE_KINDS = {"doc", "xls", "ppt", "msg"}
 
 # The part every Office Open XML package of that kind carries.
 _OOXML_PART = {"docx": "word/", "pptx": "ppt/", "xlsx": "xl/"}
@@ -83,6 +106,22 @@ def sniff(path: Path, kind: str) -> None:
             raise IngestError(
                 "unsupported_type", f"the file has a .{kind} name but is not an Office {kind} file"
             )
+    elif kind in _ZIP_MIMETYPE:
+        if not head.startswith(b"PK\x03\x04") or not zipfile.is_zipfile(path):
+            raise IngestError("unsupported_type", f"the file has a .{kind} name but is not a {kind} package")
+        with zipfile.ZipFile(path) as zf:
+            try:
+                mimetype = zf.read("mimetype").strip() if zf.getinfo("mimetype").file_size < 200 else b""
+            except KeyError:
+                mimetype = b""
+        if mimetype != _ZIP_MIMETYPE[kind]:
+            raise IngestError("unsupported_type", f"the file has a .{kind} name but is not a {kind} package")
+    elif kind in _OLE_KINDS:
+        if not head.startswith(_OLE_MAGIC):
+            raise IngestError("unsupported_type", f"the file has a .{kind} name but is not a {kind} file")
+    elif kind == "rtf":
+        if not head.lstrip().startswith(b"{\\rtf"):
+            raise IngestError("unsupported_type", "the file has a .rtf name but is not an RTF document")
     elif b"\x00" in head and not _is_utf16(head):
         # Text formats (csv, html, md, txt) never hold NUL bytes; binaries almost always do early on.
         raise IngestError("unsupported_type", f"the file has a .{kind} name but holds binary data, not text")

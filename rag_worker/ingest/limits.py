@@ -20,6 +20,8 @@ class Limits:
     max_unzipped_bytes: int = 256 * 1024 * 1024
     max_zip_entries: int = 10_000
     max_spreadsheet_cells: int = 1_000_000
+    office_timeout_s: float = 120.0  # LibreOffice conversions (.doc, .xls, .ppt, .odt, .ods, .odp, .rtf)
+    office_memory_mb: int = 2048
 
 
 def check_zip(path: Path, limits: Limits) -> None:
@@ -82,9 +84,9 @@ def check_csv_cells(path: Path, limits: Limits) -> None:
 
 def check(path: Path, kind: str, limits: Limits) -> None:
     """All bounds that apply to a file of this kind."""
-    if kind in ("docx", "pptx", "xlsx"):
+    if kind in ("docx", "pptx", "xlsx", "odt", "ods", "odp", "epub"):
         check_zip(path, limits)
     if kind == "xlsx":
         check_xlsx_cells(path, limits)
-    elif kind == "csv":
+    elif kind in ("csv", "tsv"):
         check_csv_cells(path, limits)

@@ -27,7 +27,7 @@ from .. import tables
 from ..errors import ApiError
 from ..names import check_filename, check_name
 from ..runtime import offload
-from . import overviews
+from . import attachments, overviews
 from .chunk import Chunk, Chunker
 from .convert import Converted, Converter
 from .formats import IngestError, is_supported, kind_of
@@ -49,6 +49,9 @@ class IngestResult:
     chunks: int
     replaced: bool
     unchanged: bool = False
+    attachments: list[dict] = field(
+        default_factory=list
+    )  # e-mail: each attachment indexed as its own document
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -114,6 +117,8 @@ def parts(services: Services) -> _Parts:
                 max_unzipped_bytes=s.max_unzipped_bytes,
                 max_zip_entries=s.max_zip_entries,
                 max_spreadsheet_cells=s.max_spreadsheet_cells,
+                office_timeout_s=s.office_timeout_s,
+                office_memory_mb=s.office_memory_mb,
             )
             embedder = services.embedder
             # The budget leaves room for the [CLS]/[SEP] the embedder adds, so no chunk is ever truncated.
@@ -176,6 +181,8 @@ class Prepared:
     chunks: list[Chunk]
     keep_at: Path | None = None
     sheets: list | None = None  # spreadsheets: the sheets to load as SQL tables (rag_worker/tables.py)
+    metadata: dict = field(default_factory=dict)  # kept on every chunk (e-mail headers, attached_to)
+    attachments: list = field(default_factory=list)  # e-mail attachments, indexed after the message
 
 
 def ingest_steps(
@@ -249,6 +256,8 @@ def prepare_steps(
         sheets=offload(
             tables.sheets_or_none, path, converted.kind, part.converter.limits.max_spreadsheet_cells
         ),
+        metadata=converted.metadata,
+        attachments=converted.attachments,
     )
 
 
@@ -278,9 +287,12 @@ def write_prepared(services: Services, index: str, prepared: Prepared, vectors) 
             "indexed_at": now,
         }
         offload(overviews.upsert_overview, services.settings, index, entry)
-    return IngestResult(
+    result = IngestResult(
         prepared.filename, prepared.dataset, prepared.document_id, added, replaced=removed > 0
     )
+    if prepared.attachments:
+        result.attachments = attachments.ingest_attachments(services, index, prepared)
+    return result
 
 
 def document_rows(prepared: Prepared, vectors, now: str) -> list[dict]:
@@ -295,7 +307,7 @@ def document_rows(prepared: Prepared, vectors, now: str) -> list[dict]:
             "chunk_index": c.chunk_index,
             "text": c.text,
             "vector": vectors[i],
-            "metadata": {**c.metadata, "kind": prepared.kind, "title": prepared.title},
+            "metadata": {**c.metadata, **prepared.metadata, "kind": prepared.kind, "title": prepared.title},
             "file_bytes": size,
             "indexed_at": now,
         }
@@ -513,7 +525,10 @@ def index_folder(
     removed = 0
     if prune and not rebuild and services.store.exists(index):
         for doc in services.store.list_documents(index):
-            if (doc["dataset"], doc["filename"]) not in seen:
+            messages = {name for ds, name in seen if ds == doc["dataset"]}
+            if (doc["dataset"], doc["filename"]) not in seen and not attachments.belongs_to_a_message(
+                doc["filename"], messages
+            ):
                 removed += delete_document(services, index, doc["dataset"], doc["filename"])
     yield BatchDone(
         documents=stats["documents"],

@@ -1,0 +1,144 @@
+"""E-mail, legacy/open office files and EPUB through the real worker: each indexes and is found by its phrase."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import httpx
+import pytest
+
+from tests.format_samples import (
+    PHRASES,
+    eml_bytes,
+    eml_html_only_bytes,
+    epub_bytes,
+    office_samples,
+    soffice,
+)
+from tests.integration.ingest.helpers import StoreReader, documents, start_worker, upload
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("formats")
+
+
+@pytest.fixture(scope="module")
+def worker(tmp):
+    server = start_worker(tmp)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(worker):
+    with httpx.Client(base_url=worker.url, timeout=300) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reader(tmp, worker):
+    return StoreReader(tmp)
+
+
+def test_an_eml_indexes_headers_body_and_each_attachment_as_its_own_document(client, reader, tmp):
+    resp = upload(client, "invoice.eml", eml_bytes(), index="mail", dataset="inbox")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["filename"] == "invoice.eml" and body["chunks"] >= 1
+    # The text attachment is its own document; the binary one is only named in the message.
+    assert [a["filename"] for a in body["attachments"]] == ["invoice.eml.contract.txt"]
+    assert body["attachments"][0]["chunks"] >= 1
+    docs = documents(client, "mail")
+    assert set(docs) == {("inbox", "invoice.eml"), ("inbox", "invoice.eml.contract.txt")}
+
+    assert reader.files_for(PHRASES["eml"], "mail")[0] == "invoice.eml"
+    assert reader.files_for(PHRASES["attachment"], "mail")[0] == "invoice.eml.contract.txt"
+    message = reader.search(PHRASES["eml"], "mail")[0]
+    assert message.metadata["email"]["from"] == "Ada Lovelace <ada@example.org>"
+    assert message.metadata["email"]["subject"] == "Invoice for the analytical engine"
+    assert "Ada Lovelace" in message.text or any(
+        "Ada Lovelace" in h.text for h in reader.search("Lovelace Babbage", "mail")
+    )
+    attachment = reader.search(PHRASES["attachment"], "mail")[0]
+    assert attachment.metadata["attached_to"] == "invoice.eml"
+    # The attachment's original is kept like an upload, so it can be downloaded.
+    original = client.get(
+        "/get_document", params={"index": "mail", "dataset": "inbox", "filename": "invoice.eml.contract.txt"}
+    )
+    assert original.status_code == 200 and PHRASES["attachment"].encode() in original.content
+
+
+def test_an_html_only_eml_is_read_as_text_without_its_script(client, reader):
+    resp = upload(client, "news.eml", eml_html_only_bytes(), index="mail")
+    assert resp.status_code == 200, resp.text
+    hits = reader.search(PHRASES["eml_html"], "mail")
+    assert hits[0].filename == "news.eml"
+    assert "alert(1)" not in " ".join(h.text for h in hits if h.filename == "news.eml")
+
+
+def test_an_epub_is_read_chapter_by_chapter(client, reader):
+    resp = upload(client, "atlas.epub", epub_bytes(), index="books")
+    assert resp.status_code == 200, resp.text
+    assert reader.files_for(PHRASES["epub"], "books")[0] == "atlas.epub"
+    assert reader.files_for("maps were blank", "books")[0] == "atlas.epub"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "code"),
+    [
+        ("fake.doc", b"just text pretending to be Word", "unsupported_type"),
+        ("fake.odt", b"PK\x03\x04 not a zip at all", "unsupported_type"),
+        ("fake.msg", b"From: someone\n\nplain text", "unsupported_type"),
+        ("fake.rtf", b"%PDF-1.4 not rtf", "unsupported_type"),
+        ("fake.epub", b"not an epub", "unsupported_type"),
+    ],
+)
+def test_a_file_that_is_not_what_its_name_says_is_refused(client, name, data, code):
+    resp = upload(client, name, data, index="spoof")
+    assert resp.status_code == 415, resp.text
+    assert resp.json()["code"] == code
+
+
+def test_an_opendocument_zip_bomb_is_refused_before_conversion(client):
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(zipfile.ZipInfo("mimetype"), "application/vnd.oasis.opendocument.text")
+        zf.writestr("content.xml", b"\0" * (20 * 1024 * 1024))  # inflates past the 16 MiB test bound
+    resp = upload(client, "bomb.odt", out.getvalue(), index="spoof")
+    assert resp.status_code == 413, resp.text
+    assert resp.json()["code"] == "zip_bomb"
+
+
+def test_an_epub_without_a_package_document_is_a_400(client):
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        zf.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")
+        zf.writestr("META-INF/container.xml", "<container/>")
+    resp = upload(client, "broken.epub", out.getvalue(), index="spoof")
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["code"] == "corrupt"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    soffice() is None, reason="LibreOffice is not installed (scripts/setup.sh --dev installs it)"
+)
+def test_legacy_and_open_office_files_index_and_are_found_by_their_phrase(client, reader, tmp):
+    samples = office_samples(tmp / "office")
+    for kind, path in samples.items():
+        resp = upload(client, path.name, path.read_bytes(), index="office")
+        assert resp.status_code == 200, (kind, resp.text)
+        assert resp.json()["chunks"] >= 1
+    for kind, path in samples.items():
+        assert reader.files_for(PHRASES[kind], "office")[0] == path.name, kind
+    # Old and open spreadsheets are SQL tables too.
+    cards = {
+        json.loads(p.read_text())["filename"]: json.loads(p.read_text())
+        for p in (tmp / "index_store" / "tables" / "office").glob("*.json")
+    }
+    for name in ("xls_sample.xls", "ods_sample.ods"):
+        columns = {c["name"]: c["type"] for c in cards[name]["columns"]}
+        assert columns["units"] in ("BIGINT", "DOUBLE") and columns["revenue"] == "DOUBLE"
