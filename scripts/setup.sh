@@ -44,6 +44,9 @@ if [ "$DEV" = 1 ]; then
   missing=()
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v pg_ctlcluster >/dev/null 2>&1 || [ -d /usr/lib/postgresql ] || missing+=(postgresql)
+  # Document conversion: LibreOffice headless for .doc/.xls/.ppt/.odt/.ods/.odp/.rtf, Tesseract for scans.
+  command -v soffice >/dev/null 2>&1 || missing+=(libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui)
+  command -v tesseract >/dev/null 2>&1 || missing+=(tesseract-ocr tesseract-ocr-eng)
   if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO="sudo"
