@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     # LibreOffice headless converts .doc/.xls/.ppt/.odt/.ods/.odp/.rtf: its time and address-space limits.
     office_timeout_s: float = Field(default=120.0, gt=0, alias="OFFICE_TIMEOUT_S")
     office_memory_mb: int = Field(default=2048, ge=256, alias="OFFICE_MEMORY_MB")
+    # OCR (Tesseract) for scanned PDF pages and images: on/off, languages (tesseract's eng+deu form) and the time
+    # one file's OCR may take in all.
+    ocr: Literal["on", "off"] = Field(default="on", alias="OCR")
+    ocr_languages: str = Field(default="eng", pattern=r"^[A-Za-z_]+(\+[A-Za-z_]+)*$", alias="OCR_LANGUAGES")
+    ocr_timeout_s: float = Field(default=300.0, gt=0, alias="OCR_TIMEOUT_S")
     # Per-document overviews: "auto" summarises with the utility model on Ollama only (the embedded model is too
     # slow to summarise every upload); "off" always uses the model-free overview (title + leading sentences).
     overview_summaries: Literal["auto", "on", "off"] = Field(default="auto", alias="OVERVIEW_SUMMARIES")

@@ -18,6 +18,7 @@ from pathlib import Path
 from docling_core.types.doc import DocItemLabel, DoclingDocument
 
 from . import mail_office
+from . import ocr as ocr_mod
 from .formats import IngestError, decode_text, kind_of, sniff
 from .limits import Limits, check
 
@@ -39,10 +40,16 @@ class Converter:
     """Holds one Docling converter (its pipelines are built once and reused) behind a lock."""
 
     def __init__(
-        self, *, artifacts_path: Path | str | None = None, limits: Limits | None = None, pdf_threads: int = 1
+        self,
+        *,
+        artifacts_path: Path | str | None = None,
+        limits: Limits | None = None,
+        pdf_threads: int = 1,
+        ocr: ocr_mod.OcrOptions | None = None,
     ):
         self.artifacts_path = Path(artifacts_path) if artifacts_path else None
         self.limits = limits or Limits()
+        self.ocr = ocr or ocr_mod.OcrOptions()
         self.pdf_threads = max(1, pdf_threads)
         self._lock = threading.Lock()
         self._docling = None
@@ -131,12 +138,21 @@ class Converter:
                 page.write_text(html, encoding="utf-8")
                 doc = self._convert_docling(page, "html", f"{Path(filename).stem}.html")
             pages = None
+        elif kind in ocr_mod.IMAGE_KINDS:
+            ocr_mod.require(self.ocr, "the image")
+            doc = text_document(ocr_mod.ocr_image_file(path, self.ocr), Path(filename).stem)
+            metadata = {"ocr": True}
+            pages = None
         elif kind == "tsv":
             pages = None
             doc = self._convert_docling(path, kind, f"{Path(filename).stem}.csv")
         else:
             pages = pdf_page_count(path) if kind == "pdf" else None
             doc = self._convert_docling(path, kind, filename)
+            if kind == "pdf":
+                ocr_pages = self._ocr_scanned_pages(path, doc, pages)
+                if ocr_pages:
+                    metadata = {"ocr_pages": ocr_pages}
             if kind == "xlsx":
                 pages = doc.num_pages() or None
         if not has_text(doc):
@@ -144,6 +160,23 @@ class Converter:
                 raise IngestError("no_text_layer", f"the PDF has {pages} page(s) but {NO_TEXT_LAYER}")
             raise IngestError("empty", "the file contains no text")
         return Converted(document=doc, kind=kind, pages=pages, metadata=metadata, attachments=attachments)
+
+    def _ocr_scanned_pages(self, path: Path, doc: DoclingDocument, pages: int | None) -> list[int]:
+        """OCR the pages without a text layer into `doc` (page numbers kept); the pages read.
+
+        A PDF with no text at all and no OCR is refused (with what to install); a mixed one keeps its text pages.
+        """
+        total, empty = ocr_mod.pages_without_text(path)
+        if not empty:
+            return []
+        if not ocr_mod.status(self.ocr)["available"]:
+            if len(empty) == total:
+                ocr_mod.require(self.ocr, f"the PDF ({total} page(s))")
+            log.info("%s: %d page(s) without text skipped (no OCR)", path.name, len(empty))
+            return []
+        texts = ocr_mod.ocr_pdf_pages(path, empty, self.ocr)
+        add_page_texts(doc, path, texts)
+        return [n for n, t in texts.items() if t.strip()]
 
     def _convert_docling(self, path: Path, kind: str, filename: str) -> DoclingDocument:
         from docling.datamodel.base_models import ConversionStatus
@@ -203,6 +236,30 @@ def text_document(text: str, name: str) -> DoclingDocument:
         if para:
             doc.add_text(label=DocItemLabel.TEXT, text=para)
     return doc
+
+
+def add_page_texts(doc: DoclingDocument, path: Path, texts: dict[int, str]) -> None:
+    """Add OCR text to `doc` as paragraphs carrying their page number (chunks keep it, as for other PDFs)."""
+    import pypdfium2 as pdfium
+    from docling_core.types.doc import BoundingBox, ProvenanceItem, Size
+
+    pdf = pdfium.PdfDocument(str(path))
+    try:
+        for number, text in sorted(texts.items()):
+            width, height = pdf[number - 1].get_size()
+            if number not in doc.pages:
+                doc.add_page(page_no=number, size=Size(width=width, height=height))
+            for para in _PARAGRAPH_BREAK.split(text.replace("\r\n", "\n")):
+                para = " ".join(para.split())
+                if para:
+                    prov = ProvenanceItem(
+                        page_no=number,
+                        bbox=BoundingBox(l=0, t=0, r=width, b=height),
+                        charspan=(0, len(para)),
+                    )
+                    doc.add_text(label=DocItemLabel.TEXT, text=para, prov=prov)
+    finally:
+        pdf.close()
 
 
 def has_text(doc: DoclingDocument) -> bool:

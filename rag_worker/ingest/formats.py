@@ -35,6 +35,18 @@ EXTENSIONS: dict[str, str] = {
     ".odp": "odp",
     ".rtf": "rtf",
     ".epub": "epub",
+    # Images, read by OCR (rag_worker/ingest/ocr.py).
+    ".png": "png",
+    ".jpg": "jpg",
+    ".jpeg": "jpg",
+    ".tif": "tiff",
+    ".tiff": "tiff",
+    ".webp": "webp",
+}
+_IMAGE_MAGIC = {
+    "png": (b"\x89PNG\r\n\x1a\n",),
+    "jpg": (b"\xff\xd8\xff",),
+    "tiff": (b"II*\x00", b"MM\x00*"),
 }
 
 # Zip packages that are not Office Open XML, and the part (or mimetype) each one carries.
@@ -119,6 +131,14 @@ def sniff(path: Path, kind: str) -> None:
     elif kind in _OLE_KINDS:
         if not head.startswith(_OLE_MAGIC):
             raise IngestError("unsupported_type", f"the file has a .{kind} name but is not a {kind} file")
+    elif kind in _IMAGE_MAGIC or kind == "webp":
+        ok = (
+            head.startswith(_IMAGE_MAGIC[kind])
+            if kind in _IMAGE_MAGIC
+            else head[:4] == b"RIFF" and head[8:12] == b"WEBP"
+        )
+        if not ok:
+            raise IngestError("unsupported_type", f"the file has a .{kind} name but is not a {kind} image")
     elif kind == "rtf":
         if not head.lstrip().startswith(b"{\\rtf"):
             raise IngestError("unsupported_type", "the file has a .rtf name but is not an RTF document")

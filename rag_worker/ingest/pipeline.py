@@ -32,6 +32,7 @@ from .chunk import Chunk, Chunker
 from .convert import Converted, Converter
 from .formats import IngestError, is_supported, kind_of
 from .limits import Limits
+from .ocr import ocr_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..services import Services
@@ -124,7 +125,9 @@ def parts(services: Services) -> _Parts:
             # The budget leaves room for the [CLS]/[SEP] the embedder adds, so no chunk is ever truncated.
             budget = max(16, min(s.chunk_tokens, embedder.max_length - 2))
             built = _Parts(
-                converter=Converter(artifacts_path=s.docling_artifacts_path, limits=limits),
+                converter=Converter(
+                    artifacts_path=s.docling_artifacts_path, limits=limits, ocr=ocr_options(s)
+                ),
                 chunker=Chunker(embedder.tokenizer, budget),
             )
             built.converter.prepare()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_worker.ingest.convert import NO_TEXT_LAYER, Converter
+from rag_worker.ingest.convert import Converter
 from rag_worker.ingest.formats import IngestError
 from rag_worker.ingest.limits import Limits
 from tests.servers import SHARED
@@ -50,8 +50,12 @@ def test_encrypted_pdf_is_refused_with_a_reason(converter):
     assert err.value.status == 400
 
 
-def test_image_only_pdf_says_no_text_layer(converter, tmp_path):
+def test_image_only_pdf_says_no_text_layer_when_ocr_is_off(tmp_path):
     from PIL import Image, ImageDraw
+
+    from rag_worker.ingest.ocr import OcrOptions
+
+    converter = Converter(ocr=OcrOptions(enabled=False))
 
     image = Image.new("RGB", (400, 200), "white")
     ImageDraw.Draw(image).text((20, 80), "SCANNED INVOICE 4711", fill="black")
@@ -60,7 +64,7 @@ def test_image_only_pdf_says_no_text_layer(converter, tmp_path):
     with pytest.raises(IngestError) as err:
         converter.convert(path)
     assert err.value.code == "no_text_layer"
-    assert NO_TEXT_LAYER in err.value.reason
+    assert "no text layer and OCR is off (OCR=off)" in err.value.reason
 
 
 @pytest.mark.parametrize(

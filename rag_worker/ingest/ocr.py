@@ -1,0 +1,192 @@
+"""OCR with Tesseract for scanned PDF pages and images (.png, .jpg, .jpeg, .tiff, .webp).
+
+Debian's `tesseract-ocr` + `tesseract-ocr-eng` (scripts/setup.sh installs them); more languages with
+`OCR_LANGUAGES=eng+deu` and their packs (`tesseract-ocr-deu`). `OCR=off` turns it off: scans are refused as
+before. Each page runs `tesseract` as its own child process (rag_worker/ingest/mail_office.run_limited: own
+session, address-space limit, killed at the deadline); the whole file shares one time limit (OCR_TIMEOUT_S).
+Mixed PDFs: only the pages without a text layer are rendered (pdfium, 300 dpi) and read.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .formats import IngestError
+from .mail_office import run_limited
+
+log = logging.getLogger(__name__)
+
+IMAGE_KINDS = {"png", "jpg", "tiff", "webp"}
+RENDER_SCALE = 300 / 72  # 300 dpi, Tesseract's sweet spot for body text
+
+
+@dataclass(frozen=True)
+class OcrOptions:
+    enabled: bool = True
+    languages: str = "eng"
+    timeout_s: float = 300.0
+    memory_mb: int = 1024
+
+
+INSTALL_HINT = "install the Debian packages tesseract-ocr and tesseract-ocr-eng (scripts/setup.sh --dev does)"
+
+
+def tesseract() -> str | None:
+    return shutil.which("tesseract")
+
+
+@functools.lru_cache(maxsize=8)
+def _languages(binary: str) -> frozenset[str]:
+    with tempfile.TemporaryDirectory(prefix="rag-ocr-") as tmp:
+        log_path = Path(tmp) / "langs.txt"
+        try:
+            run_limited(
+                [binary, "--list-langs"], timeout_s=30, memory_mb=512, env=dict(os.environ), log_path=log_path
+            )
+        except TimeoutError:
+            return frozenset()
+        lines = log_path.read_text("utf-8", "replace").splitlines()
+    return frozenset(ln.strip() for ln in lines[1:] if ln.strip() and " " not in ln.strip())
+
+
+def status(options: OcrOptions) -> dict:
+    """For /health: whether OCR can run, and why not."""
+    if not options.enabled:
+        return {"available": False, "enabled": False, "reason": "OCR=off"}
+    binary = tesseract()
+    if binary is None:
+        return {"available": False, "enabled": True, "reason": f"tesseract is not installed: {INSTALL_HINT}"}
+    wanted = [lang for lang in options.languages.split("+") if lang]
+    missing = [lang for lang in wanted if lang not in _languages(binary)]
+    if missing:
+        return {
+            "available": False,
+            "enabled": True,
+            "reason": f"language data missing for {', '.join(missing)}: install tesseract-ocr-{missing[0]}",
+        }
+    return {"available": True, "enabled": True, "languages": wanted}
+
+
+def require(options: OcrOptions, what: str) -> None:
+    """Raise the refusal a user can act on when OCR cannot run for `what`."""
+    state = status(options)
+    if state["available"]:
+        return
+    if not state["enabled"]:
+        raise IngestError("no_text_layer", f"{what} has no text layer and OCR is off (OCR=off)")
+    raise IngestError("no_text_layer", f"{what} has no text layer and OCR is unavailable: {state['reason']}")
+
+
+def ocr_image(image: Path, options: OcrOptions, deadline: float) -> str:
+    """Text of one image file; IngestError when it runs past the file's deadline or cannot be read."""
+    binary = tesseract() or "tesseract"
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise IngestError("timeout", f"OCR took longer than {options.timeout_s:g} s (OCR_TIMEOUT_S)")
+    out_base = image.with_suffix("")
+    log_path = image.with_suffix(".log")
+    cmd = [binary, str(image), str(out_base), "-l", options.languages]
+    try:
+        code = run_limited(
+            cmd,
+            timeout_s=left,
+            memory_mb=options.memory_mb,
+            env={**os.environ, "OMP_THREAD_LIMIT": "1"},
+            log_path=log_path,
+        )
+    except TimeoutError as exc:
+        raise IngestError("timeout", f"OCR took longer than {options.timeout_s:g} s (OCR_TIMEOUT_S)") from exc
+    text_path = out_base.with_suffix(".txt")
+    if code != 0 or not text_path.exists():
+        detail = log_path.read_text("utf-8", "replace").strip().splitlines()[-1:] if log_path.exists() else []
+        raise IngestError(
+            "corrupt", f"the image cannot be read by OCR ({(detail or [f'exit {code}'])[0][:200]})"
+        )
+    return text_path.read_text("utf-8", "replace")
+
+
+def normalise_image(path: Path, out: Path) -> Path:
+    """Any accepted image as a PNG Tesseract reads (webp and CMYK JPEGs are not all readable by its Leptonica)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            frames = getattr(img, "n_frames", 1)
+            img.seek(0)
+            rgb = img.convert("L") if img.mode not in ("L", "RGB") else img.copy()
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise IngestError("corrupt", f"the image is damaged or not an image ({exc})") from exc
+    if frames > 1:
+        log.info("%s has %d frames; reading the first", path.name, frames)
+    rgb.save(out, format="PNG")
+    return out
+
+
+def ocr_image_file(path: Path, options: OcrOptions) -> str:
+    deadline = time.monotonic() + options.timeout_s
+    with tempfile.TemporaryDirectory(prefix="rag-ocr-") as tmp:
+        png = normalise_image(path, Path(tmp) / "page.png")
+        return ocr_image(png, options, deadline)
+
+
+def pages_without_text(path: Path) -> tuple[int, list[int]]:
+    """(page count, 1-based numbers of the pages whose text layer is empty)."""
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument(str(path))
+    try:
+        empty = []
+        for i in range(len(pdf)):
+            page = pdf[i]
+            textpage = page.get_textpage()
+            try:
+                if not textpage.get_text_range().strip():
+                    empty.append(i + 1)
+            finally:
+                textpage.close()
+                page.close()
+        return len(pdf), empty
+    finally:
+        pdf.close()
+
+
+def ocr_pdf_pages(
+    path: Path, pages: list[int], options: OcrOptions, progress: Callable[[int, int], None] | None = None
+) -> dict[int, str]:
+    """OCR the given 1-based pages of a PDF; page number -> text. `progress(done, total)` after each page."""
+    import pypdfium2 as pdfium
+
+    deadline = time.monotonic() + options.timeout_s
+    out: dict[int, str] = {}
+    pdf = pdfium.PdfDocument(str(path))
+    try:
+        with tempfile.TemporaryDirectory(prefix="rag-ocr-") as tmp:
+            for done, number in enumerate(pages, start=1):
+                page = pdf[number - 1]
+                try:
+                    image = page.render(scale=RENDER_SCALE, grayscale=True).to_pil()
+                finally:
+                    page.close()
+                png = Path(tmp) / f"page-{number}.png"
+                image.save(png, format="PNG")
+                out[number] = ocr_image(png, options, deadline)
+                png.unlink(missing_ok=True)
+                if progress:
+                    progress(done, len(pages))
+    finally:
+        pdf.close()
+    return out
+
+
+def ocr_options(settings) -> OcrOptions:
+    return OcrOptions(
+        enabled=settings.ocr == "on", languages=settings.ocr_languages, timeout_s=settings.ocr_timeout_s
+    )
