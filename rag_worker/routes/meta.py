@@ -15,6 +15,18 @@ bp = Blueprint("meta", __name__)
 log = logging.getLogger("rag_worker")
 
 
+def converters_health(settings) -> dict:
+    """OCR (Tesseract) and office conversion (LibreOffice) availability: informational, never a 503."""
+    from ..ingest import mail_office, ocr
+
+    try:
+        state = ocr.status(ocr.ocr_options(settings))
+    except Exception as exc:  # a broken tesseract install is reported, not raised
+        state = {"available": False, "reason": f"{type(exc).__name__}: {exc}"[:200]}
+    state["office"] = mail_office.office_available()
+    return state
+
+
 @bp.get("/health")
 def health():
     svc = services()
@@ -36,6 +48,7 @@ def health():
         if svc.settings.reranker_model
         else {"model": None, "note": "no reranker configured: ordering relies on hybrid fusion (RRF)"}
     )
+    body["ocr"] = converters_health(svc.settings)
     down = [k for k in ("embedder", "store") if not body[k].get("ok")]
     if down:
         body["status"] = "down"

@@ -9,6 +9,7 @@ import zipfile
 import httpx
 import pytest
 
+from rag_worker.ingest.ocr import tesseract
 from tests.format_samples import (
     PHRASES,
     eml_bytes,
@@ -18,6 +19,7 @@ from tests.format_samples import (
     soffice,
 )
 from tests.integration.ingest.helpers import StoreReader, documents, start_worker, upload
+from tests.unit.test_ocr import PHOTO_PHRASE, SCAN_PHRASE, scan_pdf, text_image
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +144,21 @@ def test_legacy_and_open_office_files_index_and_are_found_by_their_phrase(client
     for name in ("xls_sample.xls", "ods_sample.ods"):
         columns = {c["name"]: c["type"] for c in cards[name]["columns"]}
         assert columns["units"] in ("BIGINT", "DOUBLE") and columns["revenue"] == "DOUBLE"
+
+
+@pytest.mark.skipif(
+    tesseract() is None, reason="tesseract is not installed (scripts/setup.sh --dev installs it)"
+)
+def test_a_scan_and_a_photo_are_found_by_their_phrase_and_health_reports_ocr(client, reader, tmp):
+    scan = scan_pdf(tmp / "scan.pdf", SCAN_PHRASE.capitalize() + ".")
+    photo = tmp / "photo.jpg"
+    text_image(PHOTO_PHRASE.capitalize() + ".").save(photo)
+    for path in (scan, photo):
+        resp = upload(client, path.name, path.read_bytes(), index="scans")
+        assert resp.status_code == 200, resp.text
+    hit = reader.search(SCAN_PHRASE, "scans")[0]
+    assert hit.filename == "scan.pdf" and hit.page == 1
+    assert reader.files_for(PHOTO_PHRASE, "scans")[0] == "photo.jpg"
+    health = client.get("/health").json()
+    assert health["ocr"]["available"] is True and health["ocr"]["languages"] == ["eng"]
+    assert health["ocr"]["office"] is (soffice() is not None)
