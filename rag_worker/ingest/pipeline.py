@@ -345,6 +345,11 @@ def delete_document(services: Services, index: str, dataset: str, filename: str)
         offload(tables.remove_tables, services.settings, index, dataset, filename)
         original = uploads_path(services, index, dataset, filename)
         original.unlink(missing_ok=True)
+    # A message's attachment documents go with it.
+    if filename.lower().endswith(attachments.MAIL_SUFFIXES) and services.store.exists(index):
+        for doc in services.store.list_documents(index):
+            if doc["dataset"] == dataset and attachments.belongs_to_a_message(doc["filename"], {filename}):
+                count += delete_document(services, index, dataset, doc["filename"])
     return count
 
 

@@ -162,3 +162,20 @@ def test_a_scan_and_a_photo_are_found_by_their_phrase_and_health_reports_ocr(cli
     health = client.get("/health").json()
     assert health["ocr"]["available"] is True and health["ocr"]["languages"] == ["eng"]
     assert health["ocr"]["office"] is (soffice() is not None)
+
+
+def test_deleting_a_message_deletes_its_attachment_documents(client):
+    resp = upload(client, "memo.eml", eml_bytes(), index="maildel")
+    assert resp.status_code == 200, resp.text
+    assert set(documents(client, "maildel")) == {
+        ("default", "memo.eml"),
+        ("default", "memo.eml.contract.txt"),
+    }
+    gone = client.post("/delete", json={"index": "maildel", "dataset": "default", "filename": "memo.eml"})
+    assert gone.status_code == 200, gone.text
+    assert documents(client, "maildel") == {}
+    original = client.get(
+        "/get_document",
+        params={"index": "maildel", "dataset": "default", "filename": "memo.eml.contract.txt"},
+    )
+    assert original.status_code == 404
