@@ -294,6 +294,8 @@ async def run_turn(c: Context, plan: TurnPlan, out: asyncio.Queue) -> TurnRecord
     except ApiError as exc:
         rec.error = {"error": exc.message, "code": exc.code}
         rec.error_status = exc.status if exc.status >= 500 else 502
+        if exc.headers and "Retry-After" in exc.headers:  # the worker is at capacity: say when to come back
+            rec.error["retry_after_s"] = int(exc.headers["Retry-After"])
     except asyncio.CancelledError:
         # The gateway is shutting down mid-turn: record what there is, then let the cancellation through.
         rec.status = "interrupted"
@@ -413,7 +415,9 @@ async def post_message(request: Request) -> JSONResponse:
     if rec.status == "complete":
         return JSONResponse(result)
     result.update(rec.error or {})
-    return JSONResponse(result, status_code=rec.error_status)
+    retry = (rec.error or {}).get("retry_after_s")
+    headers = {"Retry-After": str(retry)} if retry else None
+    return JSONResponse(result, status_code=rec.error_status, headers=headers)
 
 
 routes = [

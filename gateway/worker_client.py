@@ -31,7 +31,11 @@ def _worker_error(resp: httpx.Response, body: bytes) -> ApiError:
     if resp.status_code in (400, 404, 409, 413, 415):
         return ApiError(message, code=code or "worker_error", field=field, status=resp.status_code)
     if resp.status_code == 503:
-        return WorkerFailed(message, code=code or "worker_unavailable", status=503)
+        # The worker's queue is full (code "busy") or a model is down: a 503 for the browser too, with the
+        # worker's Retry-After passed on.
+        retry = resp.headers.get("Retry-After")
+        headers = {"Retry-After": retry} if retry and retry.isdigit() else None
+        return WorkerFailed(message, code=code or "worker_unavailable", status=503, headers=headers)
     return WorkerFailed(message, code=code or "worker_error")
 
 

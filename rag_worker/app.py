@@ -43,7 +43,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     @app.errorhandler(ApiError)
     def api_error(err: ApiError):
-        return jsonify(err.to_dict()), err.status
+        retry_after = getattr(err, "retry_after_s", None)
+        headers = {"Retry-After": str(retry_after)} if retry_after else None
+        return jsonify(err.to_dict()), err.status, headers
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException):

@@ -15,6 +15,7 @@ from .settings import Settings
 if TYPE_CHECKING:  # pragma: no cover
     from .embeddings import Embedder
     from .llm import LLMRouter
+    from .pipeline.admission import TurnQueue
     from .rerank import Reranker
     from .store import Store
 
@@ -63,6 +64,14 @@ class Services:
         from .rerank import Reranker
 
         return Reranker(self.settings.reranker_model, torch_threads=self.settings.torch_threads)
+
+    @cached_property
+    def turn_queue(self) -> TurnQueue:
+        from .pipeline.admission import TurnQueue, default_slots
+
+        s = self.settings
+        with self._build_lock:
+            return TurnQueue(s.rag_concurrency or default_slots(), s.max_queued_turns)
 
     def embedder_health(self) -> dict:
         """The embedder's state without forcing a load from a health probe."""

@@ -103,6 +103,13 @@ class Settings(BaseSettings):
     sql_timeout_s: float = Field(default=10.0, gt=0, alias="SQL_TIMEOUT_S")
     sql_max_tokens: int = Field(default=400, ge=16, alias="SQL_MAX_TOKENS")
 
+    # Fair queue around a turn's CPU-bound stages (embedding, retrieval, rerank, provenance): at most
+    # RAG_CONCURRENCY turns per worker process run them at once (0: one per CPU), the rest wait in arrival order
+    # and are told their position (a `queued` step). Beyond MAX_QUEUED_TURNS waiting, a new turn gets 503 with
+    # Retry-After. Token streaming never waits here.
+    rag_concurrency: int = Field(default=0, ge=0, alias="RAG_CONCURRENCY")
+    max_queued_turns: int = Field(default=256, ge=0, alias="MAX_QUEUED_TURNS")
+
     @property
     def lancedb_dir(self) -> Path:
         return self.index_store / "lancedb"

@@ -23,6 +23,7 @@ from . import (
     sql,
     triage,
 )
+from .admission import queued
 from .events import Documents, Done, Error, Event, Token
 from .turn import Turn, TurnOptions
 
@@ -115,7 +116,8 @@ def _run(turn: Turn) -> Iterator[Event]:
             documents, route = yield from sql.sql_turn(turn, query)
             fetched_new = bool(documents)
         if route == "rag":
-            documents, abstained = yield from _retrieve(turn, query)
+            with (yield from queued(turn)):
+                documents, abstained = yield from _retrieve(turn, query)
             fetched_new = True
 
     if route in ("rag", "sql"):
@@ -150,7 +152,7 @@ def _run(turn: Turn) -> Iterator[Event]:
         turn.flags["uncited"] = bool(documents) and not cited
         if opts.provenance != "none" and documents:
             yield turn.step("provenance", "Measuring how much each document contributed")
-            with turn.timed("provenance_ms"):
+            with (yield from queued(turn)), turn.timed("provenance_ms"):
                 turn.flags["provenance_method"] = provenance.attribute(
                     turn, reply, documents, opts.provenance
                 )

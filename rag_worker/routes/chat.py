@@ -18,7 +18,12 @@ def load_turn():
     svc = services()
     req = parse(ChatRequest, json_body())
     check_chat_limits(req, svc.settings)
-    return prepare(svc, req)
+    turn = prepare(svc, req)
+    if (
+        turn.options.route != "direct"
+    ):  # a turn that may retrieve may wait in the queue: refuse when it's full
+        svc.turn_queue.admit()
+    return turn
 
 
 @bp.post("/chat")

@@ -1,0 +1,116 @@
+"""Past capacity the worker degrades visibly: turns wait in a fair queue (a `queued` step with the position) and
+beyond MAX_QUEUED_TURNS a new turn gets 503 with Retry-After, never a stall.
+
+One slot, one queue place. Turn A asks for HyDE, whose utility-model call happens inside the retrieval stage, and
+the fake Ollama holds that call open: A holds the only slot for as long as the test wants, so B waits in line and C
+finds the line full, with no timing involved."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+
+from rag_worker.pipeline.prompts import prompt
+from tests.integration.conftest import OLLAMA_ENV
+from tests.ollama_server import default_responder
+from tests.servers import worker_process
+from tests.sse import parse_lines
+
+QUESTION = {"prompt": "What do ducks eat?", "index": "corpus", "options": {"provenance": "similarity"}}
+
+
+@pytest.fixture(scope="module")
+def one_slot_worker(corpus_root, fake_ollama_server):
+    env = {
+        "OLLAMA_HOST": fake_ollama_server.url,
+        "RAG_CONCURRENCY": "1",
+        "MAX_QUEUED_TURNS": "1",
+        "SSE_KEEPALIVE_S": "1",
+        **OLLAMA_ENV,
+    }
+    with worker_process(corpus_root, env=env) as proc:
+        yield proc
+
+
+def hold_hyde(fake):
+    """Make the fake Ollama hold HyDE calls until the returned event is set."""
+    entered, release = threading.Event(), threading.Event()
+    hyde = prompt("hyde", {})
+
+    def responder(model, messages, request):
+        if any(m.get("role") == "system" and m.get("content") == hyde for m in messages):
+            entered.set()
+            release.wait(60)
+            return "Ducks eat plants, seeds and small insects."
+        return default_responder(model, messages, request)
+
+    fake.responder = responder
+    return entered, release
+
+
+def stream_all(url: str, body: dict, events: list, first_queued: threading.Event | None = None):
+    with httpx.Client(timeout=120) as client, client.stream("POST", url, json=body) as resp:
+        assert resp.status_code == 200
+        for event, data in parse_lines(resp.iter_lines()):
+            events.append((event, data))
+            if first_queued is not None and event == "step" and data["step"] == "queued":
+                first_queued.set()
+
+
+def test_queued_step_then_503_with_retry_after_when_the_line_is_full(one_slot_worker, fake_ollama):
+    url = one_slot_worker.url
+    entered, release = hold_hyde(fake_ollama)
+    a_events: list = []
+    b_events: list = []
+    b_queued = threading.Event()
+    a = threading.Thread(
+        target=stream_all,
+        args=(url + "/chat_stream", {**QUESTION, "options": {**QUESTION["options"], "hyde": True}}, a_events),
+    )
+    b = threading.Thread(target=stream_all, args=(url + "/chat_stream", QUESTION, b_events, b_queued))
+    try:
+        a.start()
+        assert entered.wait(60), "turn A never reached its HyDE call"
+        b.start()
+        assert b_queued.wait(60), "turn B never said it was queued"
+
+        # The line (one place) is full: a third turn is refused up front, streamed or not, with a JSON error
+        # and a Retry-After the client can act on.
+        for path in ("/chat_stream", "/chat"):
+            resp = httpx.post(url + path, json=QUESTION, timeout=60)
+            assert resp.status_code == 503, resp.text
+            body = resp.json()
+            assert body["code"] == "busy" and "MAX_QUEUED_TURNS" in body["error"]
+            assert int(resp.headers["Retry-After"]) >= 1 and body["retry_after_s"] >= 1
+        # A direct turn never touches the CPU stages: it is not refused.
+        direct = httpx.post(
+            url + "/chat", json={"prompt": "hello", "options": {"route": "direct"}}, timeout=60
+        )
+        assert direct.status_code == 200
+    finally:
+        release.set()
+        a.join(120)
+        b.join(120)
+
+    # Both waiting turns complete once the slot frees; B was told where it stood.
+    assert a_events[-1][0] == "done" and b_events[-1][0] == "done"
+    queued = [d for e, d in b_events if e == "step" and d["step"] == "queued"]
+    assert queued[0]["detail"]["position"] == 1 and "1st in line" in queued[0]["label"]
+    steps = [d["step"] for e, d in b_events if e == "step"]
+    assert steps.index("queued") < steps.index("retrieving")
+    assert b_events[-1][1]["documents"] and b_events[-1][1]["reply"]
+    # The slot is free again: a new turn goes straight through.
+    again = httpx.post(url + "/chat", json=QUESTION, timeout=60)
+    assert again.status_code == 200 and again.json()["documents"]
+
+
+@pytest.mark.parametrize("value", ["-1", "lots"])
+def test_bad_queue_settings_are_refused_at_start(value):
+    from pydantic import ValidationError
+
+    from rag_worker.settings import Settings
+
+    with pytest.raises(ValidationError):
+        Settings(MAX_QUEUED_TURNS=value)
