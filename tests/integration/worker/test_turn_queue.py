@@ -15,7 +15,7 @@ import pytest
 from rag_worker.pipeline.prompts import prompt
 from tests.integration.conftest import OLLAMA_ENV
 from tests.ollama_server import default_responder
-from tests.servers import worker_process
+from tests.servers import SHARED, gateway_process, worker_process
 from tests.sse import parse_lines
 
 QUESTION = {"prompt": "What do ducks eat?", "index": "corpus", "options": {"provenance": "similarity"}}
@@ -32,6 +32,34 @@ def one_slot_worker(corpus_root, fake_ollama_server):
     }
     with worker_process(corpus_root, env=env) as proc:
         yield proc
+
+
+@pytest.fixture(scope="module")
+def gateway_api(one_slot_worker, corpus_root, tmp_path_factory):
+    """The real gateway in front of the one-slot worker, with a user whose index holds the duck page."""
+    duck = SHARED / "fixtures" / "docling" / "sources" / "duck.md"
+    if not duck.exists():
+        pytest.skip(f"needs ../shared (the duck fixture {duck} is absent)")
+    env = {"UPLOADS_DIR": str(corpus_root / "shared_uploads")}
+    tmp = tmp_path_factory.mktemp("queue-gateway")
+    with (
+        gateway_process(tmp, worker_url=one_slot_worker.url, env=env) as gw,
+        httpx.Client(base_url=gw.url, timeout=120) as api,
+    ):
+        r = api.post(
+            "/api/auth/register", json={"username": "queuer", "password": "a long enough passphrase"}
+        )
+        assert r.status_code == 201, r.text
+        user = {"Authorization": f"Bearer {r.json()['token']}"}
+        index = api.post("/api/indexes", json={"name": "Birds"}, headers=user).json()
+        r = api.post(
+            f"/api/indexes/{index['id']}/documents",
+            headers=user,
+            data={"dataset": "animals"},
+            files={"file": ("duck.md", duck.read_bytes(), "text/markdown")},
+        )
+        assert r.status_code == 201, r.text
+        yield api, user, index
 
 
 def hold_hyde(fake):
@@ -59,7 +87,9 @@ def stream_all(url: str, body: dict, events: list, first_queued: threading.Event
                 first_queued.set()
 
 
-def test_queued_step_then_503_with_retry_after_when_the_line_is_full(one_slot_worker, fake_ollama):
+def test_queued_step_then_503_with_retry_after_when_the_line_is_full(
+    one_slot_worker, gateway_api, fake_ollama
+):
     url = one_slot_worker.url
     entered, release = hold_hyde(fake_ollama)
     a_events: list = []
@@ -84,6 +114,27 @@ def test_queued_step_then_503_with_retry_after_when_the_line_is_full(one_slot_wo
             body = resp.json()
             assert body["code"] == "busy" and "MAX_QUEUED_TURNS" in body["error"]
             assert int(resp.headers["Retry-After"]) >= 1 and body["retry_after_s"] >= 1
+        # Through the gateway the browser gets the same clear 503 (not a 502) and the worker's Retry-After; the
+        # failed turn is stored as such and the chat is free again.
+        api, user, index = gateway_api
+        chat = api.post("/api/chats", json={"index_ids": [index["id"]]}, headers=user).json()
+        r = api.post(
+            f"/api/chats/{chat['id']}/messages", json={"message": "What do ducks eat?"}, headers=user
+        )
+        assert r.status_code == 503, r.text
+        assert r.json()["code"] == "busy" and int(r.headers["Retry-After"]) >= 1
+        assert r.json()["retry_after_s"] == int(r.headers["Retry-After"])
+        with api.stream(
+            "POST",
+            f"/api/chats/{chat['id']}/messages/stream",
+            json={"message": "And ducklings?"},
+            headers=user,
+        ) as resp:
+            frames = [(e, d) for e, d in parse_lines(resp.iter_lines()) if e != ":"]
+        error = dict(frames)["error"]
+        assert error["code"] == "busy" and error["retry_after_s"] >= 1
+        stored = api.get(f"/api/chats/{chat['id']}", headers=user).json()
+        assert not stored["busy"] and [m["status"] for m in stored["messages"]] == ["failed", "failed"]
         # A direct turn never touches the CPU stages: it is not refused.
         direct = httpx.post(
             url + "/chat", json={"prompt": "hello", "options": {"route": "direct"}}, timeout=60
