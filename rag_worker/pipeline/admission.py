@@ -9,11 +9,12 @@ refused up front with 503 and a Retry-After estimate instead of stalling.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -49,7 +50,10 @@ class TurnQueue:
         self.max_queued = max(0, max_queued)
         # threading primitives are greenlet-aware once gevent has patched the process.
         self._cond = threading.Condition()
-        self._waiting: deque[object] = deque()
+        # (turn start, arrival number): waiting in order of the turns' arrival, so a turn coming back for its
+        # provenance goes ahead of turns that came in after it.
+        self._waiting: list[tuple[float, int]] = []
+        self._seq = itertools.count()
         self._busy = 0
         self._hold_s = 0.2  # running mean of how long a turn holds a slot, for Retry-After
 
@@ -69,15 +73,16 @@ class TurnQueue:
                     retry_after_s=retry,
                 )
 
-    def wait(self, ticket: object) -> Iterator[int]:
-        """Queue `ticket` and wait for a slot, yielding its 1-based position whenever it changes (and every
+    def wait(self, since: float) -> Iterator[int]:
+        """Queue a turn that started at `since` (monotonic) and wait for a slot, yielding its 1-based position whenever it changes (and every
         HEARTBEAT_S). Returns holding a slot; the caller must `release()` it. Closing the generator while it
         waits leaves the queue."""
         with self._cond:
             if self._busy < self.slots and not self._waiting:
                 self._busy += 1
                 return
-            self._waiting.append(ticket)
+            ticket = (since, next(self._seq))
+            bisect.insort(self._waiting, ticket)
         acquired = False
         try:
             last, said = None, 0.0
@@ -85,7 +90,7 @@ class TurnQueue:
                 with self._cond:
                     position = self._waiting.index(ticket) + 1
                     if position == 1 and self._busy < self.slots:
-                        self._waiting.popleft()
+                        self._waiting.pop(0)
                         self._busy += 1
                         acquired = True
                         self._cond.notify_all()  # everyone behind moves up one
@@ -120,11 +125,11 @@ class TurnQueue:
 
 
 def queued(turn) -> Iterator:
-    """`with (yield from queued(turn)):` waits in the worker's queue, yielding a `queued` step each time the
+    """`with (yield from queued(turn)):` waits in the worker's queue (in order of the turns' arrival), yielding a `queued` step each time the
     turn's position changes, then holds a slot for the block."""
     q: TurnQueue = turn.services.turn_queue
     t0 = time.monotonic()
-    for position in q.wait(object()):
+    for position in q.wait(turn.started):
         yield turn.step(
             "queued",
             f"Waiting for a free slot: {_ordinal(position)} in line",

@@ -1,0 +1,310 @@
+"""Concurrency benchmark (issue 12): N streamed turns at once, each path beside a floor measured in the same run.
+
+    .venv/bin/python -m bench.concurrency [--turns 100] [--chunks 40,10000] [--tokens-per-second 20]
+                                          [--rate 20 --seconds 30] [--paths floor,worker-direct,...]
+
+Starts the fake Ollama (tests/ollama_server.py, its own process, pacing tokens at 1/tokens-per-second), the real
+worker (gunicorn + gevent, 1 process) and the real gateway (uvicorn) on loopback, plus the floor: a bare gevent
+relay of the same fake stream (bench/floor_relay.py, Flask on gunicorn+gevent, no RAG, no database). For each
+index size (SciFact sentences, the index bench.pipeline_overhead builds and caches) it fires N turns at once at:
+
+  floor            the bare relay
+  worker-direct    the worker's /chat_stream, route direct
+  worker-rag       the worker's /chat_stream, route rag on the index
+  gateway-direct   the gateway's /api/chats/{id}/messages/stream in a chat without an index
+  gateway-rag      the same in a chat on the index (force_rag)
+
+and prints first-token p50/p95, token-gap p95 (and max) and wall time for all N, each beside the floor's. With
+--rate R --seconds T it then runs the sustained mode: RAG turns arriving at R per second for T seconds (worker and
+gateway), on the largest index. Every turn asks a different question about one of the index's sentences, so RAG turns retrieve,
+generate and cite (rather than abstain) and the query-embedding cache never flatters them.
+
+Prints its figures; never pass/fail. The gateway's index record is pointed at the pre-built worker table (the
+bench writes the gateway's SQLite row), so a 10k-chunk index needs no upload through the gateway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.gateway_relay import new_chat, pct, read_stream, setup_user
+from bench.pipeline_overhead import SENTENCE, build_index
+from tests.servers import ROOT, SHARED, ServerProcess, free_port, gateway_process, worker_process
+
+
+def chunk_questions(chunks: int, n: int) -> list[str]:
+    """n distinct questions about the index's own sentences (the walk build_index makes), so RAG turns find their
+    passage and answer instead of abstaining; numbered so that none repeats and the query cache never helps."""
+    import json
+
+    sentences: list[str] = []
+    with open(SHARED / "eval" / "scifact" / "corpus.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            doc = json.loads(line)
+            sentences += [s for s in SENTENCE.split(doc["text"]) if len(s) > 20][: chunks - len(sentences)]
+            if len(sentences) >= chunks:
+                break
+    step = max(1, len(sentences) // n)
+    picked = sentences[::step]
+    return [
+        f"Question {i + 1}: what is known about {' '.join(picked[i % len(picked)].split()[:12])}?"
+        for i in range(n)
+    ]
+
+
+PATHS = ("floor", "worker-direct", "worker-rag", "gateway-direct", "gateway-rag")
+
+
+async def timed_turn(client: httpx.AsyncClient, url: str, body: dict, headers: dict | None = None) -> dict:
+    start = time.perf_counter()
+    async with client.stream("POST", url, json=body, headers=headers) as resp:
+        if resp.status_code != 200:
+            await resp.aread()
+            return {"error": f"HTTP {resp.status_code}", "busy": resp.status_code == 503}
+        frames = await read_stream(resp)
+    names = [e for _, e, _ in frames]
+    tokens = [t for t, e, _ in frames if e == "token"]
+    done = next((t for t, e, _ in frames if e == "done"), None)
+    errors = [d for _, e, d in frames if e == "error"]
+    queued = [d for _, e, d in frames if e == "step" and isinstance(d, dict) and d.get("step") == "queued"]
+    return {
+        "error": None if done and not errors else f"no done ({errors[:1] or names[-3:]})",
+        "busy": any(isinstance(d, dict) and d.get("code") == "busy" for d in errors),
+        "ttft": tokens[0] - start if tokens else None,
+        "done": done - start if done else None,
+        "gaps": [b - a for a, b in zip(tokens, tokens[1:], strict=False)],
+        "queued": bool(queued),
+        "max_position": max((d.get("detail", {}).get("position", 0) for d in queued), default=0),
+    }
+
+
+def summarise(results: list, wall: float) -> dict:
+    ok = [r for r in results if isinstance(r, dict) and not r["error"]]
+    failed = [r for r in results if not isinstance(r, dict) or r["error"]]
+    gaps = [g for r in ok for g in r["gaps"]]
+    return {
+        "n": len(results),
+        "errors": len(failed),
+        "busy": sum(1 for r in failed if isinstance(r, dict) and r.get("busy")),
+        "samples": [str(r if not isinstance(r, dict) else r["error"])[:120] for r in failed[:2]],
+        "ttft_p50": pct([r["ttft"] for r in ok], 0.5) * 1000,
+        "ttft_p95": pct([r["ttft"] for r in ok], 0.95) * 1000,
+        "gap_p95": pct(gaps, 0.95) * 1000,
+        "gap_max": max(gaps, default=float("nan")) * 1000,
+        "done_p95": pct([r["done"] for r in ok], 0.95) * 1000,
+        "wall": wall,
+        "queued": sum(1 for r in ok if r["queued"]),
+        "max_position": max((r["max_position"] for r in ok), default=0),
+    }
+
+
+class Target:
+    """One path under test: how to make the i-th turn's request."""
+
+    def __init__(self, name: str, base: str, qs: list[str], headers: dict | None = None):
+        self.name, self.base, self.qs, self.headers = name, base, qs, headers
+        self.chats: list[int] = []
+
+    async def prepare(self, client: httpx.AsyncClient, n: int, chat_body: dict | None) -> None:
+        if chat_body is not None:
+            self.chats = []
+            for _ in range(n):
+                r = await client.post(self.base + "/api/chats", json=chat_body, headers=self.headers)
+                self.chats.append(r.json()["id"])
+
+    def request(self, i: int) -> tuple[str, dict]:
+        q = self.qs[i % len(self.qs)]
+        if self.name == "floor":
+            return self.base + "/chat_stream", {"prompt": q}
+        if self.name == "worker-direct":
+            return self.base + "/chat_stream", {"prompt": q, "options": {"route": "direct"}}
+        if self.name == "worker-rag":
+            return self.base + "/chat_stream", {"prompt": q, "index": "bench", "options": {"route": "rag"}}
+        url = f"{self.base}/api/chats/{self.chats[i]}/messages/stream"
+        return url, {"message": q, **({"force_rag": True} if self.name == "gateway-rag" else {})}
+
+
+async def burst(target: Target, n: int, chat_body: dict | None) -> dict:
+    limits = httpx.Limits(max_connections=n * 2, max_keepalive_connections=n)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        await target.prepare(client, n, chat_body)
+        reqs = [target.request(i) for i in range(n)]
+        start = time.perf_counter()
+        results = await asyncio.gather(
+            *(timed_turn(client, url, body, target.headers) for url, body in reqs), return_exceptions=True
+        )
+        return summarise(list(results), time.perf_counter() - start)
+
+
+async def sustained(target: Target, rate: float, seconds: float, chat_body: dict | None) -> dict:
+    n = int(rate * seconds)
+    limits = httpx.Limits(max_connections=n * 2, max_keepalive_connections=200)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        await target.prepare(client, n, chat_body)
+        start = time.perf_counter()
+
+        async def one(i: int):
+            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+            url, body = target.request(i)
+            return await timed_turn(client, url, body, target.headers)
+
+        results = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+        return summarise(list(results), time.perf_counter() - start)
+
+
+def point_gateway_index(gateway_store: Path, index_id: int, chunks: int) -> None:
+    """Make the gateway's index record name the pre-built worker table `bench` (a bench-only shortcut)."""
+    with sqlite3.connect(gateway_store / "gateway.db") as db:
+        db.execute(
+            "UPDATE indexes SET worker_name='bench', status='ready', document_count=1, chunk_count=? WHERE id=?",
+            (chunks, index_id),
+        )
+
+
+def row(name: str, s: dict, floor: dict | None) -> str:
+    def beside(key: str, fmt: str = "{:.0f}") -> str:
+        mine = fmt.format(s[key])
+        return mine if floor is None or name == "floor" else f"{mine} ({fmt.format(floor[key])})"
+
+    extra = f" errors={s['errors']}" if s["errors"] else ""
+    if s["busy"]:
+        extra += f" busy(503)={s['busy']}"
+    if s["queued"]:
+        extra += f" queued={s['queued']} max_pos={s['max_position']}"
+    return (
+        f"{name:15} {beside('ttft_p50'):>12} {beside('ttft_p95'):>13} {beside('gap_p95'):>11} "
+        f"{s['gap_max']:>7.0f} {beside('wall', '{:.1f}'):>12}{extra}"
+    )
+
+
+HEADER = (
+    f"{'path':15} {'TTFT p50 ms':>12} {'TTFT p95 ms':>13} {'gap p95 ms':>11} {'gap max':>7} {'wall s':>12}"
+    "   (floor's figure in brackets)"
+)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--turns", type=int, default=100)
+    ap.add_argument("--chunks", default="40,10000", help="comma-separated index sizes")
+    ap.add_argument("--tokens-per-second", type=float, default=20.0)
+    ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument("--rate", type=float, default=0.0, help="sustained mode: RAG turns per second (0: skip)")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--worker-env", action="append", default=[], help="KEY=VALUE for the worker, repeatable")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    paths = [p for p in args.paths.split(",") if p]
+    sizes = [int(c) for c in args.chunks.split(",") if c]
+    tmp = Path(tempfile.mkdtemp(prefix="concurrency-bench-"))
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
+    print(
+        f"{args.turns} concurrent streamed turns, fake Ollama at {args.tokens_per_second:g} tokens/s per stream"
+    )
+    op = free_port()
+    ollama = ServerProcess(
+        [sys.executable, "-m", "tests.ollama_server", "--port", str(op)]
+        + ["--tokens-per-second", str(args.tokens_per_second)],
+        op,
+        {},
+        tmp / "logs" / "ollama.log",
+        health_path="/",
+    )
+    fp = free_port()
+    floor_proc = ServerProcess(
+        [sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "1", "-b", f"127.0.0.1:{fp}"]
+        + ["--worker-connections", "2000", "bench.floor_relay:app"],
+        fp,
+        {"OLLAMA_HOST": f"http://127.0.0.1:{op}"},
+        tmp / "logs" / "floor.log",
+    )
+    worker_env = {
+        "OLLAMA_HOST": f"http://127.0.0.1:{op}",
+        "LLM_BACKEND": "ollama",
+        "GENERATION_MODEL": "qwen3:8b",
+        "UTILITY_MODEL": "qwen3:0.6b",
+        **dict(kv.split("=", 1) for kv in args.worker_env),
+    }
+    with ollama, floor_proc:
+        for size in sizes:
+            base = ROOT / ".cache" / "bench" / f"pipeline_overhead_{size}"
+            n_chunks = build_index(base / "index_store", size)
+            qs = chunk_questions(n_chunks, max(args.turns, int(args.rate * args.seconds)))
+            gw_tmp = tmp / f"gateway-{size}"
+            with (
+                worker_process(base, env=worker_env) as worker,
+                gateway_process(gw_tmp, worker_url=worker.url, env={"MAX_TURNS_PER_USER": "100000"}) as gw,
+            ):
+                results = asyncio.run(
+                    run_size(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc)
+                )
+                print(f"\nindex of {n_chunks} chunks, {args.turns} turns at once per path:")
+                print(HEADER)
+                floor = results.get("floor")
+                for name, s in results.items():
+                    print(row(name, s, floor))
+                    for sample in s["samples"]:
+                        print(f"{'':15} e.g. {sample}")
+                if args.rate and size == max(sizes):
+                    sus = asyncio.run(
+                        run_sustained(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc)
+                    )
+                    print(
+                        f"\nsustained: turns arriving at {args.rate:g}/s for {args.seconds:g} s "
+                        f"({int(args.rate * args.seconds)} turns), index of {n_chunks} chunks:"
+                    )
+                    print(HEADER)
+                    for name, s in sus.items():
+                        print(row(name, s, sus.get("floor")))
+                        for sample in s["samples"]:
+                            print(f"{'':15} e.g. {sample}")
+
+
+async def _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc):
+    out: dict[str, tuple[Target, dict | None]] = {}
+    headers = None
+    if any(p.startswith("gateway") for p in paths):
+        async with httpx.AsyncClient(base_url=gw_url, timeout=60) as g:
+            headers = await setup_user(g)
+            index = (await g.post("/api/indexes", json={"name": "bench"}, headers=headers)).json()
+            point_gateway_index(gw_tmp / "index_store", index["id"], n_chunks)
+            await new_chat(g, headers)
+    for p in paths:
+        if p == "floor":
+            out[p] = (Target(p, floor_proc.url, qs), None)
+        elif p.startswith("worker"):
+            out[p] = (Target(p, worker_url, qs), None)
+        elif p == "gateway-direct":
+            out[p] = (Target(p, gw_url, qs, headers), {"title": "bench"})
+        elif p == "gateway-rag":
+            out[p] = (Target(p, gw_url, qs, headers), {"title": "bench", "index_ids": [index["id"]]})
+    return out
+
+
+async def run_size(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc) -> dict:
+    targets = await _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc)
+    # Warm every path once (models loaded, tables open), with questions the measured turns don't ask.
+    warm = Target("", "", ["warm up the store"])
+    for _name, (t, chat_body) in targets.items():
+        await burst(Target(t.name, t.base, warm.qs, t.headers), 2, chat_body)
+    return {name: await burst(t, args.turns, chat_body) for name, (t, chat_body) in targets.items()}
+
+
+async def run_sustained(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc) -> dict:
+    targets = await _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc)
+    keep = [p for p in ("floor", "worker-rag", "gateway-rag") if p in targets]
+    return {p: await sustained(targets[p][0], args.rate, args.seconds, targets[p][1]) for p in keep}
+
+
+if __name__ == "__main__":
+    main()
