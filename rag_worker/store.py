@@ -371,6 +371,20 @@ class Store:
         hits = [_hit(index, row) for row in rows]
         return sorted(hits, key=lambda h: h.chunk_index)
 
+    def vectors(self, index: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of the chunks with these ids (those that exist), so no caller re-embeds a chunk."""
+        wanted = [i for i in dict.fromkeys(ids) if isinstance(i, str) and NAME_RE.fullmatch(i)]
+        table = self._open(index)
+        if not wanted or table is None:
+            return {}
+        data = offload(self._scan_arrow, table, _in_clause("id", wanted), ["id", "vector"])
+        return {
+            row_id: np.asarray(vec, dtype=np.float32)
+            for row_id, vec in zip(
+                data.column("id").to_pylist(), data.column("vector").to_pylist(), strict=True
+            )
+        }
+
     def list_documents(self, index: str) -> list[dict]:
         table = self._require(index)
         return offload(self._list_documents, table)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 import numpy as np
 
 from .citations import GROUP_RE, REF_RE
 from .turn import Turn
+
+log = logging.getLogger("rag_worker.pipeline")
 
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 FLOOR = 0.2  # similarity below this is noise for MiniLM-sized embedders: it earns no share
@@ -21,6 +24,34 @@ def sentences(text: str) -> list[tuple[str, set[str]]]:
         plain = re.sub(r"\s+([.,;:!?])", r"\1", GROUP_RE.sub("", raw)).strip()
         if len(plain) >= 12:
             out.append((plain, refs))
+    return out
+
+
+def document_vectors(turn: Turn, documents: list[dict], texts: list[str]) -> np.ndarray:
+    """Each document's vector: its chunk's, as stored in the index (no forward pass), or embedded from `texts`
+    for documents the index no longer holds (or that came from a client without one)."""
+    out = np.zeros((len(documents), turn.services.embedder.dim), dtype=np.float32)
+    found: dict[tuple[str, str], np.ndarray] = {}
+    by_index: dict[str, list[str]] = {}
+    for d in documents:
+        if isinstance(d.get("index"), str) and isinstance(d.get("id"), str):
+            by_index.setdefault(d["index"], []).append(d["id"])
+    for index, ids in by_index.items():
+        try:
+            stored = turn.services.store.vectors(index, ids)
+        except Exception as exc:  # an index dropped meanwhile: embed instead
+            log.info("stored vectors of %s unavailable (%s); embedding", index, exc)
+            stored = {}
+        found.update({(index, i): v for i, v in stored.items()})
+    missing = []
+    for row, d in enumerate(documents):
+        vec = found.get((d.get("index"), d.get("id")))
+        if vec is not None and vec.shape == out.shape[1:]:
+            out[row] = vec / (np.linalg.norm(vec) or 1.0)
+        else:
+            missing.append(row)
+    if missing:
+        out[missing] = turn.services.embedder.embed_documents([texts[i] for i in missing])
     return out
 
 
@@ -40,7 +71,7 @@ def attribute(turn: Turn, reply: str, documents: list[dict], mode: str) -> str:
         floor = 0.5
     else:
         embedder = turn.services.embedder
-        doc_vecs = embedder.embed_documents(texts)
+        doc_vecs = document_vectors(turn, documents, texts)
         sent_vecs = embedder.embed_documents(parts)
         scores = sent_vecs @ doc_vecs.T
         method = "similarity"

@@ -1,0 +1,63 @@
+"""Provenance reuses the chunk vectors already in LanceDB instead of re-embedding every returned document."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from rag_worker.pipeline import provenance
+from tests.unit.test_store import CORPUS, filled, store  # noqa: F401 - fixtures
+
+
+class CountingEmbedder:
+    """The real embedder, counting the texts it is asked to embed."""
+
+    def __init__(self, inner):
+        self.inner, self.dim, self.embedded = inner, inner.dim, []
+
+    def embed_documents(self, texts):
+        self.embedded.extend(texts)
+        return self.inner.embed_documents(texts)
+
+
+def docs_for(table_store, query: str) -> list[dict]:
+    from rag_worker.pipeline.expand import to_document
+
+    hits = table_store.search("default", query, limit=3)
+    return [to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(hits)]
+
+
+def test_stored_vectors_come_back_by_id_and_unknown_ids_are_skipped(filled):  # noqa: F811
+    hits = filled.search("default", "vacation days", limit=2)
+    got = filled.vectors("default", [h.id for h in hits] + ["no-such-id", "x' OR 1=1 --"])
+    assert set(got) == {h.id for h in hits}
+    for h in hits:
+        again = filled.embedder.embed_documents([h.text])[0]
+        assert float(got[h.id] @ again) > 0.999  # the very vector ingestion stored for that chunk
+    assert filled.vectors("no_such_index", [hits[0].id]) == {}
+    assert filled.vectors("default", []) == {}
+
+
+def test_provenance_embeds_only_the_answer_for_indexed_documents(filled):  # noqa: F811
+    docs = docs_for(filled, "how many vacation days do employees get")
+    counting = CountingEmbedder(filled.embedder)
+    turn = SimpleNamespace(services=SimpleNamespace(store=filled, embedder=counting, reranker=None))
+    reply = "Employees are entitled to 25 days of paid vacation per calendar year [S1]."
+    assert provenance.attribute(turn, reply, docs, "similarity") == "similarity"
+    assert counting.embedded == ["Employees are entitled to 25 days of paid vacation per calendar year."]
+    assert docs[0]["text"] == CORPUS[("hr", "leave.md")][0]
+    assert docs[0]["provenance"] == max(d["provenance"] for d in docs) > 0.5
+    assert sum(d["provenance"] for d in docs) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_documents_the_index_lacks_are_embedded_from_their_text(filled):  # noqa: F811
+    docs = docs_for(filled, "when does the office open")
+    outsider = {**docs[0], "id": "gone-from-the-index", "ref": "S9", "text": "Parking is free for visitors."}
+    counting = CountingEmbedder(filled.embedder)
+    turn = SimpleNamespace(services=SimpleNamespace(store=filled, embedder=counting, reranker=None))
+    vecs = provenance.document_vectors(turn, [docs[0], outsider], [docs[0]["text"], outsider["text"]])
+    assert counting.embedded == ["Parking is free for visitors."]
+    assert vecs.shape == (2, filled.embedder.dim)
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
