@@ -83,6 +83,7 @@ class Embedder:
         max_length: int = 256,
         torch_threads: int = 0,
         query_cache_size: int = 2048,
+        query_batch_ms: float = 0.0,
     ):
         import torch
         from transformers import AutoModel, AutoTokenizer
@@ -117,6 +118,7 @@ class Embedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache_size
         self._cache_lock = threading.Lock()  # held only around dict operations, never across a yield
+        self._batcher = QueryBatcher(self._forward, query_batch_ms / 1000.0, self.batch_size)
 
     def describe(self) -> dict:
         return {
@@ -152,7 +154,7 @@ class Embedder:
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
-        vec = offload(self._forward, [text])[0].copy()
+        vec = self._batcher.embed(text).copy()
         vec.setflags(write=False)
         with self._cache_lock:
             self._cache[text] = vec
@@ -173,3 +175,61 @@ class Embedder:
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
         return pooled.float().cpu().numpy()
+
+
+class QueryBatcher:
+    """Concurrent queries share one forward pass: the first query of a window waits `window_s` for others, then
+    all of them (up to `max_batch`) go through the model together, as embedding servers batch requests.
+
+    Only under gevent, in the hub's thread (the greenlets of concurrent requests); elsewhere, or with a zero
+    window, each query runs alone as before.
+    """
+
+    def __init__(self, forward, window_s: float, max_batch: int):
+        self.forward, self.window_s, self.max_batch = forward, window_s, max(1, max_batch)
+        self._pending: list[tuple[str, object]] = []
+        self._scheduled = False
+        self.batches = 0  # forward passes run, for benches and tests
+
+    def embed(self, text: str) -> np.ndarray:
+        if self.window_s <= 0 or not _in_gevent_hub_thread():
+            return offload(self.forward, [text])[0]
+        import gevent
+        from gevent.event import AsyncResult
+
+        result = AsyncResult()
+        self._pending.append((text, result))
+        if not self._scheduled:
+            self._scheduled = True
+            gevent.spawn_later(self.window_s, self._flush)
+        return result.get()
+
+    def _flush(self) -> None:
+        import gevent
+
+        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+        self._scheduled = bool(self._pending)
+        if self._pending:
+            gevent.spawn(self._flush)
+        try:
+            vectors = offload(self.forward, [text for text, _ in batch])
+        except BaseException as exc:  # every waiting query gets the failure, none hangs
+            for _, result in batch:
+                result.set_exception(exc)
+            return
+        self.batches += 1
+        for (_, result), vec in zip(batch, vectors, strict=True):
+            result.set(vec)
+
+
+def _in_gevent_hub_thread() -> bool:
+    try:
+        from gevent import monkey
+    except ImportError:  # pragma: no cover - gevent is a worker dependency
+        return False
+    if not monkey.is_module_patched("threading"):
+        return False
+    from gevent._hub_local import get_hub_if_exists  # never creates a hub in a native pool thread
+
+    hub = get_hub_if_exists()
+    return hub is not None and hub.thread_ident == monkey.get_original("_thread", "get_ident")()

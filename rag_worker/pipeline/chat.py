@@ -116,6 +116,8 @@ def _run(turn: Turn) -> Iterator[Event]:
             documents, route = yield from sql.sql_turn(turn, query)
             fetched_new = bool(documents)
         if route == "rag":
+            if opts.mode != "fts":  # embedded now, batched with concurrent turns' queries; search reuses it
+                turn.embed_query(query)
             with (yield from queued(turn)):
                 documents, abstained = yield from _retrieve(turn, query)
             fetched_new = True
