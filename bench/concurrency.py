@@ -202,6 +202,13 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=0.0, help="sustained mode: RAG turns per second (0: skip)")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--worker-env", action="append", default=[], help="KEY=VALUE for the worker, repeatable")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME:KEY=VALUE,KEY=VALUE: one more worker-rag row from a worker with these settings (same run), "
+        "e.g. 'no-queue:RAG_CONCURRENCY=10000,QUERY_BATCH_MS=0'",
+    )
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     paths = [p for p in args.paths.split(",") if p]
@@ -255,6 +262,13 @@ def main() -> None:
                     print(row(name, s, floor))
                     for sample in s["samples"]:
                         print(f"{'':15} e.g. {sample}")
+                for variant in args.variant:
+                    label, _, settings = variant.partition(":")
+                    extra = dict(kv.split("=", 1) for kv in settings.split(",") if kv)
+                    with worker_process(base, env={**worker_env, **extra}) as other:
+                        t = Target("worker-rag", other.url, qs)
+                        s = asyncio.run(_warm_then_burst(t, args.turns))
+                    print(row(f"rag[{label}]"[:15], s, floor))
                 if args.rate and size == max(sizes):
                     sus = asyncio.run(
                         run_sustained(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc)
@@ -298,6 +312,11 @@ async def run_size(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_
     for _name, (t, chat_body) in targets.items():
         await burst(Target(t.name, t.base, warm.qs, t.headers), 2, chat_body)
     return {name: await burst(t, args.turns, chat_body) for name, (t, chat_body) in targets.items()}
+
+
+async def _warm_then_burst(target: Target, n: int) -> dict:
+    await burst(Target(target.name, target.base, ["warm up the store"]), 2, None)
+    return await burst(target, n, None)
 
 
 async def run_sustained(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc) -> dict:

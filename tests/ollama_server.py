@@ -252,6 +252,8 @@ def _model_entry(name: str) -> dict:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # Ollama accepts a burst of connections; the stdlib's backlog of 5 resets them under 100 concurrent streams.
+    request_queue_size = 512
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up mid-reply is normal here (cancellation tests); anything else is still shown.
