@@ -137,7 +137,8 @@ def spec() -> dict:
                 "requestBody": chat_body,
                 "responses": {
                     "200": {"description": "the event stream", **sse},
-                    **_errors(400, 401, 404, 409, 413),
+                    # 503 code "busy" (with Retry-After) when MAX_QUEUED_TURNS turns already wait.
+                    **_errors(400, 401, 404, 409, 413, 503),
                 },
             }
         },
