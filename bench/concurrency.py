@@ -207,7 +207,7 @@ def main() -> None:
         action="append",
         default=[],
         help="NAME:KEY=VALUE,KEY=VALUE: one more worker-rag row from a worker with these settings (same run), "
-        "e.g. 'no-queue:RAG_CONCURRENCY=10000,QUERY_BATCH_MS=0'",
+        "e.g. 'no-queue:RAG_CONCURRENCY=10000,QUERY_BATCHING=false'",
     )
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

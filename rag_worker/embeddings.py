@@ -83,7 +83,7 @@ class Embedder:
         max_length: int = 256,
         torch_threads: int = 0,
         query_cache_size: int = 2048,
-        query_batch_ms: float = 0.0,
+        query_batching: bool = False,
     ):
         import torch
         from transformers import AutoModel, AutoTokenizer
@@ -118,7 +118,7 @@ class Embedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache_size
         self._cache_lock = threading.Lock()  # held only around dict operations, never across a yield
-        self._batcher = QueryBatcher(self._forward, query_batch_ms / 1000.0, self.batch_size)
+        self._batcher = QueryBatcher(self._forward, query_batching, self.batch_size)
 
     def describe(self) -> dict:
         return {
@@ -178,48 +178,52 @@ class Embedder:
 
 
 class QueryBatcher:
-    """Concurrent queries share one forward pass: the first query of a window waits `window_s` for others, then
-    all of them (up to `max_batch`) go through the model together, as embedding servers batch requests.
+    """Concurrent queries share one forward pass, as embedding servers batch requests: a query that arrives while
+    a pass is running waits for it, then everything that queued meanwhile (up to `max_batch`) goes through the
+    model together. A lone query never waits, so a single turn pays nothing for this.
 
-    Only under gevent, in the hub's thread (the greenlets of concurrent requests); elsewhere, or with a zero
-    window, each query runs alone as before.
+    Only under gevent, in the hub's thread (the greenlets of concurrent requests); elsewhere, or when disabled,
+    each query runs alone as before.
     """
 
-    def __init__(self, forward, window_s: float, max_batch: int):
-        self.forward, self.window_s, self.max_batch = forward, window_s, max(1, max_batch)
+    def __init__(self, forward, enabled: bool, max_batch: int):
+        self.forward, self.enabled, self.max_batch = forward, enabled, max(1, max_batch)
         self._pending: list[tuple[str, object]] = []
-        self._scheduled = False
+        self._running = False
         self.batches = 0  # forward passes run, for benches and tests
 
     def embed(self, text: str) -> np.ndarray:
-        if self.window_s <= 0 or not _in_gevent_hub_thread():
+        if not self.enabled or not _in_gevent_hub_thread():
             return offload(self.forward, [text])[0]
-        import gevent
         from gevent.event import AsyncResult
 
         result = AsyncResult()
         self._pending.append((text, result))
-        if not self._scheduled:
-            self._scheduled = True
-            gevent.spawn_later(self.window_s, self._flush)
+        if not self._running:
+            self._drain()
         return result.get()
 
-    def _flush(self) -> None:
-        import gevent
-
-        batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-        self._scheduled = bool(self._pending)
-        if self._pending:
-            gevent.spawn(self._flush)
+    def _drain(self) -> None:
+        """Run passes until nothing is pending; the greenlet that found the model idle does the work."""
+        self._running = True
         try:
-            vectors = offload(self.forward, [text for text, _ in batch])
-        except BaseException as exc:  # every waiting query gets the failure, none hangs
-            for _, result in batch:
-                result.set_exception(exc)
-            return
-        self.batches += 1
-        for (_, result), vec in zip(batch, vectors, strict=True):
-            result.set(vec)
+            while self._pending:
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+                try:
+                    vectors = offload(self.forward, [text for text, _ in batch])
+                except Exception as exc:  # every waiting query gets the failure, none hangs
+                    for _, result in batch:
+                        result.set_exception(exc)
+                    continue
+                self.batches += 1
+                for (_, result), vec in zip(batch, vectors, strict=True):
+                    result.set(vec)
+        finally:
+            self._running = False
+            if self._pending:  # this greenlet was killed mid-pass (its client left): another one carries on
+                import gevent
+
+                gevent.spawn(self._drain)
 
 
 def _in_gevent_hub_thread() -> bool:

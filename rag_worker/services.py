@@ -36,7 +36,7 @@ class Services:
                 batch_size=self.settings.embedding_batch_size,
                 max_length=self.settings.embedding_max_length,
                 torch_threads=self.settings.torch_threads,
-                query_batch_ms=self.settings.query_batch_ms,
+                query_batching=self.settings.query_batching,
             )
 
     @cached_property

@@ -109,8 +109,8 @@ class Settings(BaseSettings):
     # Retry-After. Token streaming never waits here.
     rag_concurrency: int = Field(default=0, ge=0, alias="RAG_CONCURRENCY")
     max_queued_turns: int = Field(default=256, ge=0, alias="MAX_QUEUED_TURNS")
-    # Concurrent turns' query embeddings share one forward pass, collected over this window (0: each alone).
-    query_batch_ms: float = Field(default=5.0, ge=0, le=100, alias="QUERY_BATCH_MS")
+    # Concurrent turns' query embeddings share one forward pass (those arriving while one runs go together next).
+    query_batching: bool = Field(default=True, alias="QUERY_BATCHING")
 
     @property
     def lancedb_dir(self) -> Path:

@@ -22,24 +22,27 @@ SCRIPT = textwrap.dedent(
         calls.append(list(texts))
         return np.array([[float(len(t)), float(i)] for i, t in enumerate(texts)], dtype=np.float32)
 
-    batcher = QueryBatcher(forward, 0.005, max_batch=8)
-    texts = [f"query {'x' * i}" for i in range(12)]
+    batcher = QueryBatcher(forward, True, max_batch=8)
+    assert batcher.embed("alone")[0] == 5.0 and calls == [["alone"]]  # a lone query runs at once
+    calls.clear()
+    texts = [f"query {'x' * i}" for i in range(13)]
     jobs = [gevent.spawn(batcher.embed, t) for t in texts]
     gevent.joinall(jobs, raise_error=True)
-    # 12 queries at once: two passes (8 + 4), not 12, and each caller got the row of its own text.
-    assert [len(c) for c in calls] == [8, 4], calls
+    # 13 queries at once: the first finds the model idle and runs alone; the 12 that queued meanwhile share
+    # two passes (8 + 4), not 12; each caller got the row of its own text.
+    assert [len(c) for c in calls] == [1, 8, 4], calls
     assert [j.value[0] for j in jobs] == [float(len(t)) for t in texts]
 
     def broken(texts):
         raise RuntimeError("model gone")
 
-    failing = QueryBatcher(broken, 0.005, max_batch=8)
+    failing = QueryBatcher(broken, True, max_batch=8)
     jobs = [gevent.spawn(failing.embed, "q") for _ in range(3)]
     gevent.joinall(jobs)
     assert all(isinstance(j.exception, RuntimeError) for j in jobs)  # every waiter hears of it, none hangs
 
     # In a native thread (gevent's pool) or with no window, a query runs alone, as before.
-    alone = QueryBatcher(forward, 0.0, max_batch=8)
+    alone = QueryBatcher(forward, False, max_batch=8)
     calls.clear()
     alone.embed("solo")
     gevent.get_hub().threadpool.apply(batcher.embed, ("from a thread",))
