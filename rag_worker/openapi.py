@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 from . import __version__
+from .openai_compat import ChatCompletionRequest
 from .schemas import ChatRequest, Document, TitleRequest
 
 ERROR = {
@@ -228,6 +229,7 @@ def spec() -> dict:
             }
         },
     }
+    paths.update(_openai_paths(components))
     return {
         "openapi": "3.1.0",
         "info": {
@@ -241,4 +243,85 @@ def spec() -> dict:
         },
         "security": [{"bearer": []}],
         "paths": paths,
+    }
+
+
+OPENAI_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+
+
+def _openai_paths(components: dict) -> dict:
+    """The OpenAI-compatible surface (openai_compat.py): OpenAI's own shapes, our answer under `rag`."""
+    request = ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.update(request.pop("$defs", {}))
+    components["ChatCompletionRequest"] = request
+    components["OpenAIError"] = OPENAI_ERROR
+    errors = {
+        str(c): {"description": "error", **_json({"$ref": "#/components/schemas/OpenAIError"})}
+        for c in (400, 401, 404, 409, 413, 503)
+    }
+    model = {"type": "object", "properties": {"id": {"type": "string"}, "object": {"const": "model"}}}
+    return {
+        "/v1/models": {
+            "get": {
+                "summary": "OpenAI model list: `direct` and `rag/<index>` for each index",
+                "responses": {
+                    "200": {
+                        "description": "the models",
+                        **_json(
+                            {"type": "object", "properties": {"data": {"type": "array", "items": model}}}
+                        ),
+                    },
+                    "401": errors["401"],
+                },
+            }
+        },
+        "/v1/models/{model}": {
+            "get": {
+                "summary": "One model",
+                "parameters": [
+                    {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {"200": {"description": "the model", **_json(model)}, **errors},
+            }
+        },
+        "/v1/chat/completions": {
+            "post": {
+                "summary": "OpenAI chat completion over an index (`stream: true`: chat.completion.chunk events "
+                "then [DONE]); the structured answer rides in `rag` on the completion and the last chunk",
+                "requestBody": {
+                    "required": True,
+                    **_json({"$ref": "#/components/schemas/ChatCompletionRequest"}),
+                },
+                "responses": {
+                    "200": {
+                        "description": "a chat.completion, or text/event-stream when streaming",
+                        **_json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "choices": {"type": "array"},
+                                    "rag": {"$ref": "#/components/schemas/Answer"},
+                                },
+                            }
+                        ),
+                    },
+                    **errors,
+                },
+            }
+        },
     }

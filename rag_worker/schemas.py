@@ -60,7 +60,16 @@ class Options(_Strict):
     model: str | None = Field(default=None, max_length=200)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    # Generation ends before the first of these (OpenAI's `stop`); the text up to it is the reply.
+    stop: list[str] | None = Field(default=None, max_length=4)
     prompts: dict[str, str] | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(not s or len(s) > 200 for s in value):
+            raise ValueError("each stop sequence must be 1 to 200 characters")
+        return value
 
 
 class ChatRequest(_Strict):

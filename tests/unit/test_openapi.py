@@ -21,6 +21,9 @@ ROUTES = {
     "/indexes/{index}",
     "/config",
     "/health",
+    "/v1/models",
+    "/v1/models/{model}",
+    "/v1/chat/completions",
 }
 
 
