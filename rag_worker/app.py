@@ -43,11 +43,11 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <WORKER_API_KEY>'")
         return None
 
-    def error(body: dict, status: int):
+    def error(body: dict, status: int, headers: dict | None = None):
         # OpenAI clients read errors in OpenAI's shape; everything else gets the worker's own.
         if is_openai_path(request.path):
             body = error_body(status, body["error"], body.get("code"), body.get("field"))
-        return jsonify(body), status
+        return jsonify(body), status, headers or {}
 
     @app.errorhandler(ApiError)
     def api_error(err: ApiError):
@@ -57,7 +57,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     def http_error(err: HTTPException):
         codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_type"}
         body = {"error": err.description or err.name, "code": codes.get(err.code or 400, "bad_request")}
-        return error(body, err.code or 400)
+        allowed = getattr(err, "valid_methods", None)  # a 405 says what is allowed (RFC 9110)
+        return error(body, err.code or 400, {"Allow": ", ".join(allowed)} if allowed else None)
 
     @app.errorhandler(Exception)
     def unexpected(err: Exception):

@@ -14,14 +14,14 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import ApiError, BadRequest, NotFound
 from .names import NAME_RE
 from .pipeline.events import Documents, Done, Error, Event, Step, Token
-from .schemas import ChatRequest, Document, Options, parse
+from .schemas import ChatRequest, Document, Name, Options, StopSequence, int_between, parse
 from .services import Services
 
 DIRECT = "direct"
@@ -61,24 +61,23 @@ class ChatCompletionRequest(_Lenient):
     """`POST /v1/chat/completions`; `datasets`, `docs` and `options` are ours (an SDK's `extra_body`)."""
 
     model: str = Field(min_length=1, max_length=200)
-    messages: list[ChatCompletionMessage] = Field(min_length=1)
+    messages: list[ChatCompletionMessage] = Field(
+        min_length=1, json_schema_extra={"contains": {"properties": {"role": {"const": "user"}}}}
+    )
     stream: bool = False
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    stop: str | list[str] | None = None
-    n: int | None = Field(default=None, ge=1, le=1, description="only one choice is generated")
-    datasets: list[str] = Field(default_factory=list)
+    max_tokens: int_between(1) | None = None
+    max_completion_tokens: int_between(1) | None = None
+    stop: StopSequence | Annotated[list[StopSequence], Field(max_length=4)] | None = None
+    n: int_between(1, 1) | None = Field(default=None, description="only one choice is generated")
+    datasets: list[Name] = Field(default_factory=list)
     docs: list[Document] = Field(default_factory=list)
     options: Options | None = None
 
     @field_validator("stop")
     @classmethod
     def _stop(cls, value: str | list[str] | None) -> list[str] | None:
-        stops = [value] if isinstance(value, str) else value
-        if stops is not None and (len(stops) > 4 or any(not s or len(s) > 200 for s in stops)):
-            raise ValueError("at most 4 stop sequences of 1 to 200 characters")
-        return stops or None
+        return ([value] if isinstance(value, str) else value) or None
 
 
 def model_ids(services: Services) -> list[str]:
@@ -115,13 +114,16 @@ def strip_sources(text: str) -> str:
 def to_chat_request(services: Services, req: ChatCompletionRequest) -> ChatRequest:
     """The pipeline's request: the last user message is the prompt, the messages before it the history."""
     index = index_of(services, req.model)
-    *earlier, last = req.messages
-    if last.role != "user" or not last.text.strip():
+    # The last user message is the question; anything after it (a system note, say) is context before it.
+    at = max((i for i, m in enumerate(req.messages) if m.role == "user"), default=-1)
+    if at < 0 or not req.messages[at].text.strip():
         raise BadRequest(
-            "the last message must be a user message with text: it is the question",
+            "the conversation needs a user message with text: the last one is the question",
             code="invalid_field",
             field="messages",
         )
+    last = req.messages[at]
+    earlier = req.messages[:at] + req.messages[at + 1 :]
     history = [
         {
             "role": "system" if m.role == "developer" else m.role,

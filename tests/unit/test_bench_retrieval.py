@@ -52,6 +52,7 @@ def test_chunks_map_to_documents_by_their_best_chunk():
     assert beir.docs_from_hits(hits, lambda h: h.filename[:-4]) == ["7", "3", "5"]
 
 
+@needs_shared("eval/scifact")
 def test_slice_keeps_only_queries_it_can_answer():
     data = beir.load(SCIFACT, "test", limit_docs=200)
     assert len(data.corpus) == 200

@@ -155,6 +155,7 @@ def test_unknown_models_are_404_in_openai_shape(client, worker):
         ({"model": "direct"}, "messages"),
         ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
         ({"model": "direct", "messages": [{"role": "assistant", "content": "hi"}]}, "messages"),
+        ({"model": "direct", "messages": [{"role": "system", "content": "be brief"}]}, "messages"),
         ({"model": "direct", "messages": [{"role": "user", "content": "   "}]}, "messages"),
         ({"model": "direct", "messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
         ({"model": "direct", "messages": [{"role": "user", "content": 42}]}, "messages.0.content.str"),
