@@ -100,7 +100,7 @@ class ChatRequest(_Strict):
     history: list[Message] = Field(default_factory=list)
     docs: list[Document] = Field(default_factory=list)
     datasets: list[Name] = Field(default_factory=list)
-    index: Name | Annotated[list[Name], Field(min_length=1)] = "default"
+    index: Name | Annotated[list[Name], Field(json_schema_extra={"minItems": 1})] = "default"
     options: Options = Field(default_factory=Options)
 
     @field_validator("datasets")
