@@ -1,6 +1,6 @@
 """The web chat's files, served at `/`; a page that says what to run when its libraries are not installed.
 
-The chat has no build step: index.html imports marked and DOMPurify straight from `web/node_modules`. Without
+The chat has no build step: its modules import marked and DOMPurify straight from `web/node_modules`. Without
 them the browser shows a blank page, so until `npm ci --prefix web` has run every page answers 503 with the
 command instead. Checked on each request (a few stat calls), so running the command and reloading is enough.
 """
@@ -8,8 +8,8 @@ command instead. Checked on each request (a few stat calls), so running the comm
 from __future__ import annotations
 
 import html
+import json
 import logging
-import re
 from pathlib import Path
 
 from starlette.responses import HTMLResponse
@@ -18,17 +18,19 @@ from starlette.types import Receive, Scope, Send
 
 log = logging.getLogger("gateway")
 
-MODULE_RE = re.compile(r"""["'](\./node_modules/[^"']+)["']""")
 INSTALL = "npm ci --prefix web"
 
 
 def missing_modules(web_dir: Path) -> list[str]:
-    """The node_modules files index.html imports that are not there (empty when all are, or no index.html)."""
+    """The packages of web/package.json not installed in web/node_modules (empty when all are, or none needed)."""
     try:
-        page = (web_dir / "index.html").read_text(encoding="utf-8")
-    except OSError:
+        manifest = json.loads((web_dir / "package.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return []
-    return [ref for ref in dict.fromkeys(MODULE_RE.findall(page)) if not (web_dir / ref).is_file()]
+    names = manifest.get("dependencies") or {} if isinstance(manifest, dict) else {}
+    return [
+        f"node_modules/{n}" for n in names if not (web_dir / "node_modules" / n / "package.json").is_file()
+    ]
 
 
 def missing_page(web_dir: Path, missing: list[str]) -> str:
