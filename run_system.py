@@ -202,6 +202,10 @@ def describe_llm(llm: dict) -> str:
     backend = str(llm.get("backend") or "?")
     model = llm.get("generation_model") or llm.get("model") or "?"
     reason = llm.get("reason") or ""
+    if backend == "openai":
+        server = llm.get("openai") or {}
+        text = f"OpenAI-compatible server, model {model} at {server.get('base_url') or '?'}"
+        return text if llm.get("ok") else f"{text} -- {reason}"
     if backend == "ollama":
         ollama = llm.get("ollama") or {}
         text = f"Ollama, model {model}" + (f" at {ollama['host']}" if ollama.get("host") else "")
@@ -295,6 +299,21 @@ def report_ollama(settings) -> None:
 
     if settings.llm_backend == "local":
         print("LLM:     LLM_BACKEND=local: the embedded model answers; Ollama is not used", flush=True)
+        return
+    if settings.llm_backend == "openai":
+        from rag_worker.preflight import openai_status
+
+        st = openai_status(settings)
+        if st.ready:
+            print(f"OpenAI:  {st.base_url} serves {', '.join(configured_models(settings))}", flush=True)
+        elif st.reachable:
+            print(f"OpenAI:  {st.base_url} does not serve {', '.join(st.missing)}", flush=True)
+            print(f"         it serves: {', '.join(st.available) or 'nothing'}", flush=True)
+        else:
+            print(
+                f"OpenAI:  not reachable at {st.base_url or '(OPENAI_BASE_URL unset)'} ({st.error})",
+                flush=True,
+            )
         return
     models = configured_models(settings)
     status = probe_ollama(settings.ollama_host, models)
@@ -616,7 +635,7 @@ def health_rows(args: argparse.Namespace) -> list[Row]:
     backend = running.get("llm_backend") or settings.llm_backend
     ollama_host = running.get("ollama") or settings.ollama_host
     models = [m for m in running.get("models") or configured_models(settings) if m]
-    rows.append(ollama_row(ollama_host, backend, models))
+    rows.append(openai_row(settings) if backend == "openai" else ollama_row(ollama_host, backend, models))
     rows.append(_service_row("worker", worker_url, worker, describe_llm(llm) if worker.body else ""))
     if "gateway" in components:
         gateway = get_json(gateway_url + "/health")
@@ -642,6 +661,26 @@ def ollama_row(host: str, backend: str, models: list[str]) -> Row:
         return Row("ollama", "degraded", st.host, f"missing models: {pulls}", not needed)
     note = "" if needed else " (embedded model answers)"
     return Row("ollama", "down" if needed else "absent", st.host, f"{st.error}{note}", not needed)
+
+
+def openai_row(settings) -> Row:
+    """LLM_BACKEND=openai: the OpenAI-compatible server replaces Ollama, and turns fail without it."""
+    from rag_worker.preflight import openai_status
+
+    st = openai_status(settings)
+    if not st.reachable:
+        return Row("openai", "down", st.base_url or "(OPENAI_BASE_URL unset)", st.error or "no answer", False)
+    if settings.generation_model in st.missing:
+        served = ", ".join(st.available) or "nothing"
+        return Row(
+            "openai",
+            "degraded",
+            st.base_url,
+            f"does not serve {settings.generation_model} (serves: {served})",
+            False,
+        )
+    note = f"; {', '.join(st.missing)} missing, the generation model stands in" if st.missing else ""
+    return Row("openai", "ok", st.base_url, f"serves {settings.generation_model}{note}", True)
 
 
 def _part(value) -> str:

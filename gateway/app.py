@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
-from starlette.staticfiles import StaticFiles
 
 from . import accounts, chats, indexes, meta, turns
 from .auth import LoginThrottle, RateLimit
@@ -22,6 +21,7 @@ from .limits import BodyLimit
 from .proxy import ProxyHeaders
 from .quotas import TurnSlots
 from .settings import Settings
+from .web import WebFiles
 from .worker_client import WorkerClient
 
 log = logging.getLogger("gateway")
@@ -83,7 +83,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *indexes.routes,
         *meta.routes,
         # Last, so /api and /health win; the whole web/ folder (with node_modules) is served.
-        Mount("/", app=StaticFiles(directory=settings.web_dir, html=True, check_dir=False), name="web"),
+        Mount("/", app=WebFiles(settings.web_dir), name="web"),
     ]
     # Multipart framing adds a little to the file: allow for it; the file itself is then checked exactly.
     upload_limit = settings.max_upload_bytes + 64 * 1024

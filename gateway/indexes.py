@@ -97,7 +97,7 @@ def index_json(s: Session, index: Index, with_documents: bool = False) -> dict:
         "name": index.name,
         "description": index.description,
         "status": index.status,
-        "documents": index.document_count,
+        "document_count": index.document_count,
         "chunks": index.chunk_count,
         "created_at": iso(index.created_at),
         "updated_at": iso(index.updated_at),
@@ -109,7 +109,7 @@ def index_json(s: Session, index: Index, with_documents: bool = False) -> dict:
             .where(IndexDocument.index_id == index.id)
             .order_by(col(IndexDocument.dataset), col(IndexDocument.filename))
         ).all()
-        data["document_list"] = [document_json(d) for d in docs]
+        data["documents"] = [document_json(d) for d in docs]
     return data
 
 

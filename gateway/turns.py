@@ -29,6 +29,7 @@ from .gate import should_use_rag
 from .quotas import check_options
 from .schemas import TurnRequest
 from .sse import KEEPALIVE, SSE_HEADERS, Frame, frame
+from .worker_answer import WorkerAnswer, read_answer
 
 log = logging.getLogger("gateway.turns")
 
@@ -57,7 +58,7 @@ class TurnRecord:
     steps: list[dict] = field(default_factory=list)
     documents: list[dict] | None = None
     tokens: list[str] = field(default_factory=list)
-    done: dict | None = None
+    done: WorkerAnswer | None = None
     error: dict | None = None
     status: str = "running"  # complete | interrupted | failed
     message_id: int | None = None
@@ -73,7 +74,9 @@ class TurnRecord:
         elif f.event == "token":
             self.tokens.append(str(data.get("token", "")))
         elif f.event == "done":
-            self.done = data
+            self.done, problem = read_answer(data)
+            if problem:
+                self.error = {"error": problem, "code": "worker_contract"}
         elif f.event == "error":
             self.error = {
                 "error": str(data.get("error") or "the worker failed"),
@@ -163,7 +166,7 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
 def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
     """Both messages and the new chat state, in one transaction. The turn lock is released here, or, for a
     chat still to be named, once the title is stored (so a reload after the turn always shows it)."""
-    done = rec.done or {}
+    done = rec.done
     gate = {"layer": 1, "route": plan.route, "reason": plan.reason}
     with c.db.session() as s:
         chat = s.get(Chat, plan.chat_id)
@@ -172,27 +175,24 @@ def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
         user_msg = Message(
             chat_id=chat.id, role="user", content=plan.message, route=plan.route, gate=gate, status="complete"
         )
-        documents = done.get("documents")
-        if documents is None:
-            documents = rec.documents or []
-        reply = done.get("reply")
+        documents = done.documents if done else rec.documents or []
         assistant = Message(
             chat_id=chat.id,
             role="assistant",
-            content=reply if isinstance(reply, str) else rec.partial_reply,
+            content=done.reply if done else rec.partial_reply,
             documents=documents,
-            citations=done.get("citations") or [],
-            rewritten=done.get("rewritten"),
+            citations=done.citations if done else [],
+            rewritten=done.rewritten if done else None,
             steps=rec.steps,
-            timings=done.get("timings") or {},
-            route=done.get("route") or plan.route,
+            timings=done.timings if done else {},
+            route=done.route if done else plan.route,
             gate=gate,
             status="complete",
-            details={k: done.get(k) for k in ("model", "abstained", "fetched_new_documents") if k in done},
+            details=done.details if done else {},
         )
         s.add(user_msg)
         s.add(assistant)
-        chat.history = done.get("history") if isinstance(done.get("history"), list) else chat.history
+        chat.history = done.history_json() if done else chat.history
         chat.documents = documents
         if plan.datasets_changed:
             chat.datasets = plan.datasets
@@ -285,8 +285,8 @@ async def run_turn(c: Context, plan: TurnPlan, out: asyncio.Queue) -> TurnRecord
         async with c.worker.events("/chat_stream", plan.payload) as frames:
             async for f in frames:
                 rec.see(f)
-                if f.event == "error":
-                    held = f.raw
+                if rec.error is not None:  # an error event, or an answer that breaks the worker's contract
+                    held = f.raw if f.event == "error" else frame("error", rec.error)
                     break
                 out.put_nowait(f.raw)
                 if f.event == "done":

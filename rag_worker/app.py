@@ -9,6 +9,7 @@ from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from .errors import ApiError, Unauthorized
+from .openai_compat import error_body, is_openai_path
 from .services import Services
 from .settings import Settings
 
@@ -24,11 +25,12 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.json.sort_keys = False
     app.extensions["rag"] = services or Services(settings)
 
-    from .routes import chat, documents, meta
+    from .routes import chat, documents, meta, v1
 
     app.register_blueprint(meta.bp)
     app.register_blueprint(chat.bp)
     app.register_blueprint(documents.bp)
+    app.register_blueprint(v1.bp)
 
     @app.before_request
     def require_api_key():
@@ -41,21 +43,28 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
             raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <WORKER_API_KEY>'")
         return None
 
+    def error(body: dict, status: int, headers: dict | None = None):
+        # OpenAI clients read errors in OpenAI's shape; everything else gets the worker's own.
+        if is_openai_path(request.path):
+            body = error_body(status, body["error"], body.get("code"), body.get("field"))
+        return jsonify(body), status, headers or {}
+
     @app.errorhandler(ApiError)
     def api_error(err: ApiError):
         retry_after = getattr(err, "retry_after_s", None)
         headers = {"Retry-After": str(retry_after)} if retry_after else None
-        return jsonify(err.to_dict()), err.status, headers
+        return error(err.to_dict(), err.status, headers)
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException):
         codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_type"}
         body = {"error": err.description or err.name, "code": codes.get(err.code or 400, "bad_request")}
-        return jsonify(body), err.code or 400
+        allowed = getattr(err, "valid_methods", None)  # a 405 says what is allowed (RFC 9110)
+        return error(body, err.code or 400, {"Allow": ", ".join(allowed)} if allowed else None)
 
     @app.errorhandler(Exception)
     def unexpected(err: Exception):
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return jsonify({"error": f"internal error: {type(err).__name__}", "code": "internal"}), 500
+        return error({"error": f"internal error: {type(err).__name__}", "code": "internal"}, 500)
 
     return app

@@ -9,6 +9,9 @@ from pathlib import PurePosixPath, PureWindowsPath
 from .errors import BadRequest
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# What check_filename accepts, for the OpenAPI document: no path separators, drive colons or control characters,
+# and at least one character that is neither a dot nor a space ("." and ".." are refused).
+FILENAME_PATTERN = r"^[^/\\\x00\r\n:]*[^/\\\x00\r\n:.\s][^/\\\x00\r\n:]*$"
 
 
 def check_name(value: object, field: str) -> str:

@@ -1,245 +1,299 @@
-"""The worker's contract (WORKER_API.md), machine-readable, built from the same pydantic models the routes use."""
+"""The worker's contract (WORKER_API.md), machine-readable, generated from the pydantic models the routes use.
+
+Nothing here describes a body by hand: requests come from schemas.py (and the routes' own request models),
+answers from responses.py. A route is one `Operation` in ROUTES; its models end up in `components`.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
 from . import __version__
-from .schemas import ChatRequest, Document, TitleRequest
+from .names import FILENAME_PATTERN, NAME_RE
+from .openai_compat import ChatCompletionRequest
+from .responses import (
+    Added,
+    Answer,
+    ChatCompletion,
+    Config,
+    Deleted,
+    Dropped,
+    ErrorBody,
+    FileInfo,
+    Health,
+    ModelCard,
+    ModelList,
+    OpenAIError,
+    Step,
+    Title,
+)
+from .schemas import ChatRequest, TitleRequest
 
-ERROR = {
-    "type": "object",
-    "required": ["error", "code"],
-    "properties": {"error": {"type": "string"}, "code": {"type": "string"}, "field": {"type": "string"}},
-}
-ANSWER = {
-    "type": "object",
-    "required": [
-        "reply",
-        "question",
-        "history",
-        "documents",
-        "fetched_new_documents",
-        "route",
-        "citations",
-        "abstained",
-        "model",
-        "timings",
-    ],
-    "properties": {
-        "reply": {"type": "string"},
-        "question": {"type": "string"},
-        "rewritten": {"type": ["string", "null"]},
-        "history": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
-        "documents": {"type": "array", "items": {"$ref": "#/components/schemas/Document"}},
-        "fetched_new_documents": {"type": "boolean"},
-        "route": {"enum": ["rag", "direct", "sql"]},
-        "citations": {"type": "array", "items": {"type": "object"}},
-        "abstained": {"type": "boolean"},
-        "model": {"type": "string"},
-        "flags": {"type": "object"},
-        "timings": {"type": "object", "additionalProperties": {"type": "integer"}},
-    },
-}
+REF = "#/components/schemas/{model}"
+NAME_SCHEMA = {"type": "string", "pattern": NAME_RE.pattern}
+FILENAME_SCHEMA = {"type": "string", "pattern": FILENAME_PATTERN, "maxLength": 255}
 
 
-ADDED = {
-    "type": "object",
-    "required": ["filename", "dataset", "document_id", "chunks", "replaced"],
-    "properties": {
-        "filename": {"type": "string"},
-        "dataset": {"type": "string"},
-        "document_id": {"type": "string", "description": "sha256 of the file's bytes"},
-        "chunks": {"type": "integer"},
-        "replaced": {"type": "boolean", "description": "an older file of the same name was replaced"},
-        "unchanged": {"type": "boolean", "description": "identical bytes were already indexed: nothing done"},
-    },
-}
-FILE_INFO = {
-    "type": "object",
-    "properties": {
-        "filename": {"type": "string"},
-        "dataset": {"type": "string"},
-        "document_id": {"type": "string"},
-        "chunks": {"type": "integer"},
-        "bytes": {"type": "integer"},
-        "indexed_at": {"type": "string", "format": "date-time"},
-    },
-}
-STEP = {
-    "type": "object",
-    "required": ["step", "label", "elapsed_ms"],
-    "properties": {
-        "step": {"type": "string"},
-        "label": {"type": "string"},
-        "elapsed_ms": {"type": "integer"},
-        "method": {
-            "type": "string",
-            "description": "which path decided: retrieval_score, similarity, llm, ...",
-        },
-        "detail": {"type": "object"},
-    },
-}
+def _sse(description: str, events: list[str] | None = None) -> dict:
+    """A text/event-stream; its schema describes one event (`event` name, `data` one line of JSON)."""
+    event: dict[str, Any] = {"type": "string"}
+    if events:
+        event["enum"] = events
+    schema = {
+        "type": "object",
+        "description": description,
+        "required": ["data"],
+        "properties": {"event": event, "data": {"type": "string", "contentMediaType": "application/json"}},
+    }
+    return {"text/event-stream": {"schema": schema}}
 
 
-def _json(schema: dict) -> dict:
-    return {"content": {"application/json": {"schema": schema}}}
+CHAT_EVENTS = _sse(
+    "step (Step), documents {documents: [Document]}, token {token}, done (Answer) or error (ErrorBody); "
+    "': keepalive' comments at least every 15 s",
+    ["step", "documents", "token", "done", "error"],
+)
+INDEX_EVENTS = _sse(
+    "progress {file, dataset, done, total, stage}, then done {documents, chunks, seconds, unchanged, failed} "
+    "or error (ErrorBody)",
+    ["progress", "done", "error"],
+)
+COMPLETION_CHUNKS = _sse("chat.completion.chunk objects, the last one carrying `rag` (Answer), then [DONE]")
 
 
-def _errors(*codes: int) -> dict:
-    return {str(c): {"description": "error", **_json({"$ref": "#/components/schemas/Error"})} for c in codes}
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    summary: str
+    body: type[BaseModel] | dict | None = None  # a model (JSON) or a raw multipart schema
+    answer: type[BaseModel] | list[type[BaseModel]] | dict | None = (
+        None  # model, [model] for a list, or content
+    )
+    also: dict | None = None  # another content type for the 200 (a stream)
+    errors: tuple[int, ...] = (400,)
+    params: tuple[dict, ...] = ()
+    error: type[BaseModel] = ErrorBody
+    open: bool = False  # no key needed
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _query(name: str, required: bool = True, schema: dict | None = None) -> dict:
+    return {"name": name, "in": "query", "required": required, "schema": schema or NAME_SCHEMA}
+
+
+def _routes() -> list[Operation]:
+    from .routes.documents import DeleteRequest, IndexRequest
+
+    index_q = _query("index", required=False)
+    upload = {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["file"],
+                "properties": {
+                    "file": {"type": "string", "format": "binary"},
+                    "dataset": NAME_SCHEMA,
+                    "index": NAME_SCHEMA,
+                },
+            }
+        }
+    }
+    chat_errors = (400, 404, 409, 413, 503)
+    return [
+        Operation(
+            "post", "/chat", "One chat turn, answered as JSON", ChatRequest, Answer, errors=chat_errors
+        ),
+        Operation(
+            "post",
+            "/chat_stream",
+            "One chat turn, streamed as Server-Sent Events",
+            ChatRequest,
+            CHAT_EVENTS,
+            # 503 code "busy" (with Retry-After) when MAX_QUEUED_TURNS turns already wait.
+            errors=chat_errors,
+        ),
+        Operation(
+            "post", "/create_title", "A short title for a chat", TitleRequest, Title, errors=(400, 503)
+        ),
+        Operation(
+            "post",
+            "/add_document",
+            "Upload and index one file",
+            upload,
+            Added,
+            errors=(400, 404, 409, 413, 415),
+        ),
+        Operation(
+            "get",
+            "/get_documents",
+            "Files of an index",
+            answer=[FileInfo],
+            params=(index_q,),
+            errors=(400, 404),
+        ),
+        Operation(
+            "get",
+            "/get_datasets",
+            "Dataset names of an index",
+            answer={"application/json": {"schema": {"type": "array", "items": {"type": "string"}}}},
+            params=(index_q,),
+            errors=(400, 404),
+        ),
+        Operation(
+            "get",
+            "/get_document",
+            "Download an original file (always an attachment)",
+            answer={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            params=(
+                index_q,
+                _query("dataset", False),
+                _query("filename", True, FILENAME_SCHEMA),
+            ),
+            errors=(400, 404),
+        ),
+        Operation(
+            "post",
+            "/delete",
+            "Remove one file: its rows, vectors and full-text entries",
+            DeleteRequest,
+            Deleted,
+            errors=(400, 404),
+        ),
+        Operation(
+            "post",
+            "/index",
+            "(Re)build an index from shared_uploads/<index>/",
+            IndexRequest,
+            INDEX_EVENTS,
+            errors=(400, 404, 409),
+        ),
+        Operation(
+            "delete",
+            "/indexes/{index}",
+            "Drop an index and its overviews",
+            answer=Dropped,
+            params=({"name": "index", "in": "path", "required": True, "schema": NAME_SCHEMA},),
+            errors=(400, 404),
+        ),
+        Operation("get", "/config", "Effective defaults, secrets redacted", answer=Config, errors=()),
+        Operation(
+            "get",
+            "/health",
+            "Readiness of the LLM, embedder and store (503 when not ready)",
+            answer=Health,
+            errors=(503,),
+            open=True,
+        ),
+        Operation(
+            "get",
+            "/openapi.json",
+            "This document",
+            answer={"application/json": {"schema": {"type": "object"}}},
+            errors=(),
+        ),
+        Operation(
+            "get",
+            "/v1/models",
+            "OpenAI model list: `direct` and `rag/<index>` per index",
+            answer=ModelList,
+            errors=(),
+            error=OpenAIError,
+        ),
+        Operation(
+            "get",
+            "/v1/models/{model}",
+            "One OpenAI model",
+            answer=ModelCard,
+            error=OpenAIError,
+            errors=(404,),
+            params=({"name": "model", "in": "path", "required": True, "schema": {"type": "string"}},),
+        ),
+        Operation(
+            "post",
+            "/v1/chat/completions",
+            "OpenAI chat completion over an index (`stream: true`: chunks)",
+            ChatCompletionRequest,
+            ChatCompletion,
+            also=COMPLETION_CHUNKS,
+            error=OpenAIError,
+            errors=(400, 404, 409, 413, 503),
+        ),
+    ]
+
+
+def _models(routes: list[Operation]) -> list[type[BaseModel]]:
+    seen: dict[type[BaseModel], None] = {Step: None}
+    for op in routes:
+        for item in (op.body, op.answer, op.error):
+            model = item[0] if isinstance(item, list) else item
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                seen[model] = None
+    return list(seen)
+
+
+def _content(item: Any) -> dict:
+    if isinstance(item, list):
+        return {
+            "application/json": {
+                "schema": {"type": "array", "items": {"$ref": REF.format(model=item[0].__name__)}}
+            }
+        }
+    if isinstance(item, type):
+        return {"application/json": {"schema": {"$ref": REF.format(model=item.__name__)}}}
+    return item
+
+
+def _operation(op: Operation, auth_required: bool) -> dict:
+    out: dict[str, Any] = {
+        "summary": op.summary,
+        "operationId": f"{op.method}_{op.path.strip('/').replace('/', '_')}",
+    }
+    if op.params:
+        out["parameters"] = list(op.params)
+    if op.body is not None:
+        out["requestBody"] = {"required": True, "content": _content(op.body)}
+    ok = {"description": "success"}
+    if op.answer is not None:
+        ok["content"] = {**_content(op.answer), **(op.also or {})}
+    responses = {"200": ok}
+    codes = set(op.errors)
+    if auth_required and not op.open:
+        codes.add(401)
+    if op.body is not None:
+        codes |= {400, 413}  # bad JSON; bodies past the size limit
+    for code in sorted(codes):
+        responses[str(code)] = {"description": "error", "content": _content(op.error)}
+    out["responses"] = responses
+    if op.open or not auth_required:
+        out["security"] = []
+    return out
 
 
 @cache
-def spec() -> dict:
-    chat_schema = ChatRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    components = dict(chat_schema.pop("$defs", {}))
-    components.update(
-        {
-            "ChatRequest": chat_schema,
-            "Error": ERROR,
-            "Answer": ANSWER,
-            "Document": Document.model_json_schema(),
-            "TitleRequest": TitleRequest.model_json_schema(),
-            "Added": ADDED,
-            "FileInfo": FILE_INFO,
-            "Step": STEP,
-        }
-    )
-    chat_body = {"required": True, **_json({"$ref": "#/components/schemas/ChatRequest"})}
-    sse = {
-        "content": {
-            "text/event-stream": {
-                "schema": {
-                    "type": "string",
-                    "description": "events: step (Step), documents, token, done (the Answer), error (Error); "
-                    "': keepalive' comments at least every 15 s. /index sends progress {file, dataset, done, total, stage} "
-                    "then done {documents, chunks, seconds, unchanged, failed} or error",
-                }
-            }
-        }
-    }
-    index_q = {"name": "index", "in": "query", "required": True, "schema": {"type": "string"}}
-    paths = {
-        "/chat": {
-            "post": {
-                "summary": "One chat turn, answered as JSON",
-                "requestBody": chat_body,
-                "responses": {
-                    "200": {"description": "the answer", **_json({"$ref": "#/components/schemas/Answer"})},
-                    **_errors(400, 401, 404, 409, 413, 503),
-                },
-            }
-        },
-        "/chat_stream": {
-            "post": {
-                "summary": "One chat turn, streamed as Server-Sent Events",
-                "requestBody": chat_body,
-                "responses": {
-                    "200": {"description": "the event stream", **sse},
-                    # 503 code "busy" (with Retry-After) when MAX_QUEUED_TURNS turns already wait.
-                    **_errors(400, 401, 404, 409, 413, 503),
-                },
-            }
-        },
-        "/create_title": {
-            "post": {
-                "summary": "A short title for a chat",
-                "requestBody": {"required": True, **_json({"$ref": "#/components/schemas/TitleRequest"})},
-                "responses": {
-                    "200": {
-                        "description": "the title",
-                        **_json({"type": "object", "properties": {"title": {"type": "string"}}}),
-                    },
-                    **_errors(400, 401),
-                },
-            }
-        },
-        "/add_document": {
-            "post": {
-                "summary": "Upload and index one file (multipart: file, dataset, index)",
-                "responses": {
-                    "200": {
-                        "description": "the indexed file",
-                        **_json({"$ref": "#/components/schemas/Added"}),
-                    },
-                    **_errors(400, 401, 409, 413, 415),
-                },
-            }
-        },
-        "/get_documents": {
-            "get": {
-                "summary": "Files of an index",
-                "parameters": [index_q],
-                "responses": {
-                    "200": {
-                        "description": "the files",
-                        **_json({"type": "array", "items": {"$ref": "#/components/schemas/FileInfo"}}),
-                    },
-                    **_errors(400, 404),
-                },
-            }
-        },
-        "/get_datasets": {
-            "get": {
-                "summary": "Dataset names of an index",
-                "parameters": [index_q],
-                "responses": {"200": {"description": "the names"}, **_errors(400, 404)},
-            }
-        },
-        "/get_document": {
-            "get": {
-                "summary": "Download an original file",
-                "parameters": [
-                    index_q,
-                    {"name": "dataset", "in": "query", "required": True, "schema": {"type": "string"}},
-                    {"name": "filename", "in": "query", "required": True, "schema": {"type": "string"}},
-                ],
-                "responses": {"200": {"description": "the file"}, **_errors(400, 404)},
-            }
-        },
-        "/delete": {
-            "post": {
-                "summary": "Remove one file: its rows, vectors and full-text entries",
-                "responses": {"200": {"description": "{count}"}, **_errors(400, 404)},
-            }
-        },
-        "/index": {
-            "post": {
-                "summary": "(Re)build an index from shared_uploads/<index>/, streamed progress",
-                "responses": {"200": {"description": "progress events", **sse}, **_errors(400, 409)},
-            }
-        },
-        "/indexes/{index}": {
-            "delete": {
-                "summary": "Drop an index and its overviews",
-                "responses": {"200": {"description": "dropped"}, **_errors(400, 404)},
-            }
-        },
-        "/config": {
-            "get": {
-                "summary": "Effective defaults, secrets redacted",
-                "responses": {"200": {"description": "config"}},
-            }
-        },
-        "/health": {
-            "get": {
-                "summary": "Readiness of the LLM, embedder and store",
-                "responses": {"200": {"description": "ok"}, "503": {"description": "degraded"}},
-            }
-        },
-    }
-    return {
+def spec(auth_required: bool = True) -> dict:
+    """The OpenAPI document; `auth_required` says whether this worker has a WORKER_API_KEY."""
+    routes = _routes()
+    _, schemas = models_json_schema([(m, "validation") for m in _models(routes)], ref_template=REF)
+    paths: dict[str, dict] = {}
+    for op in routes:
+        paths.setdefault(op.path, {})[op.method] = _operation(op, auth_required)
+    doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
             "title": "rag_worker",
             "version": __version__,
             "description": "Stateless RAG worker: every call carries the conversation; see WORKER_API.md",
         },
-        "components": {
-            "schemas": components,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{"bearer": []}],
+        "components": {"schemas": schemas.get("$defs", {})},
         "paths": paths,
     }
+    if auth_required:
+        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        doc["security"] = [{"bearer": []}]
+    return doc

@@ -68,6 +68,44 @@ def probe_ollama(host: str, models: list[str], timeout: float = 3.0) -> OllamaSt
     return OllamaStatus(host, True, None, version, available, missing)
 
 
+@dataclass
+class OpenAIStatus:
+    base_url: str
+    reachable: bool
+    error: str | None = None
+    available: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return self.reachable and not self.missing
+
+
+def probe_openai(base_url: str, api_key: str, models: list[str], timeout: float = 3.0) -> OpenAIStatus:
+    """Ask an OpenAI-compatible server for its models (`GET /v1/models`) and compare with the ones configured."""
+    base_url = base_url.rstrip("/")
+    if not base_url:
+        return OpenAIStatus("", False, "OPENAI_BASE_URL is not set")
+    request = urllib.request.Request(
+        f"{base_url}/models", headers={"Authorization": f"Bearer {api_key or 'no-key'}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            listing = json.loads(resp.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        return OpenAIStatus(base_url, False, f"HTTP {exc.code} from {base_url}/models")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return OpenAIStatus(base_url, False, str(getattr(exc, "reason", exc)) or type(exc).__name__)
+    available = [str(m.get("id")) for m in listing.get("data") or [] if isinstance(m, dict)]
+    missing = [m for m in dict.fromkeys(models) if m and m not in available]
+    return OpenAIStatus(base_url, True, None, available, missing)
+
+
+def openai_status(settings: Settings) -> OpenAIStatus:
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
+    return probe_openai(settings.openai_base_url, key, configured_models(settings))
+
+
 def in_container() -> bool:
     return Path("/.dockerenv").exists() or os.environ.get("container") is not None  # noqa: SIM112 (podman sets lower-case)
 
@@ -111,6 +149,28 @@ def run_preflight(settings: Settings, logger: logging.Logger | None = None) -> O
     logger = logger or log
     if settings.llm_backend == "local":
         logger.info("LLM_BACKEND=local: generation uses the embedded model; Ollama is not consulted")
+        return None
+    if settings.llm_backend == "openai":
+        st = openai_status(settings)
+        if st.ready:
+            logger.info(
+                "OpenAI-compatible server at %s serves %s",
+                st.base_url,
+                ", ".join(configured_models(settings)),
+            )
+        elif st.reachable:
+            logger.warning(
+                "the server at %s does not serve %s (it serves: %s)",
+                st.base_url,
+                ", ".join(st.missing),
+                ", ".join(st.available),
+            )
+        else:
+            logger.warning(
+                "LLM_BACKEND=openai: server not reachable at %s (%s); turns fail until it is",
+                st.base_url or "?",
+                st.error,
+            )
         return None
     status = probe_ollama(settings.ollama_host, configured_models(settings))
     if status.ready:

@@ -2,13 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from .errors import BadRequest, PayloadTooLarge
-from .names import NAME_RE
+from .names import FILENAME_PATTERN, NAME_RE
 from .settings import Settings
+
+
+def _whole_float(value: Any) -> Any:
+    # JSON Schema counts 3.0 as an integer; strict pydantic would refuse it. 3.5 stays an error.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Int = Annotated[int, BeforeValidator(_whole_float)]
+
+
+def int_between(low: int, high: int | None = None) -> Any:
+    """An Int with bounds the OpenAPI document shows as minimum/maximum."""
+    return Annotated[int, Field(ge=low, le=high), BeforeValidator(_whole_float)]
+
+
+Name = Annotated[str, Field(json_schema_extra={"pattern": NAME_RE.pattern})]
+FileName = Annotated[str, Field(json_schema_extra={"pattern": FILENAME_PATTERN, "maxLength": 255})]
+StopSequence = Annotated[str, Field(min_length=1, max_length=200)]
 
 Role = Literal["user", "assistant", "system"]
 
@@ -29,8 +55,8 @@ class Document(_Strict):
     filename: str = ""
     dataset: str = "default"
     index: str | None = None
-    page: int | None = None
-    chunk_index: int | None = None
+    page: Int | None = None
+    chunk_index: Int | None = None
     text: str
     context: str | None = None
     score: float | None = None
@@ -38,7 +64,7 @@ class Document(_Strict):
     fts_score: float | None = None
     rerank_score: float | None = None
     provenance: float | None = None
-    rank: int | None = None
+    rank: Int | None = None
     ref: str | None = None
     # A computed result of the `sql` route: kind "table", the query, its columns and rows.
     kind: str | None = Field(default=None, max_length=32)
@@ -55,20 +81,26 @@ class Options(_Strict):
     hyde: bool | None = None
     rerank: bool | None = None
     mode: Literal["hybrid", "vector", "fts"] | None = None
-    top_k: int | None = Field(default=None, ge=1, le=50)
+    top_k: int_between(1, 50) | None = None
     provenance: Literal["rerank", "similarity", "none"] | None = None
     model: str | None = Field(default=None, max_length=200)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    max_tokens: int | None = Field(default=None, ge=1, le=8192)
+    max_tokens: int_between(1, 8192) | None = None
+    # Generation ends before the first of these (OpenAI's `stop`); the text up to it is the reply.
+    stop: list[StopSequence] | None = Field(default=None, max_length=4)
     prompts: dict[str, str] | None = None
 
 
 class ChatRequest(_Strict):
-    prompt: str = Field(validation_alias=AliasChoices("prompt", "query"))
+    prompt: str = Field(
+        validation_alias=AliasChoices("prompt", "query"),
+        # Checked by check_chat_limits (MAX_PROMPT_CHARS); published so clients know before they send.
+        json_schema_extra={"minLength": 1, "maxLength": 8000, "pattern": r"\S"},
+    )
     history: list[Message] = Field(default_factory=list)
     docs: list[Document] = Field(default_factory=list)
-    datasets: list[str] = Field(default_factory=list)
-    index: str | list[str] = "default"
+    datasets: list[Name] = Field(default_factory=list)
+    index: Name | Annotated[list[Name], Field(json_schema_extra={"minItems": 1})] = "default"
     options: Options = Field(default_factory=Options)
 
     @field_validator("datasets")

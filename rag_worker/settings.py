@@ -23,7 +23,10 @@ class Settings(BaseSettings):
     uploads_dir: Path = Field(default=Path("./shared_uploads"), alias="UPLOADS_DIR")
 
     ollama_host: str = Field(default="http://localhost:11434", alias="OLLAMA_HOST")
-    llm_backend: Literal["auto", "ollama", "local"] = Field(default="auto", alias="LLM_BACKEND")
+    llm_backend: Literal["auto", "ollama", "local", "openai"] = Field(default="auto", alias="LLM_BACKEND")
+    # LLM_BACKEND=openai: an OpenAI-compatible server (vLLM, llama.cpp, LM Studio) at this /v1 address.
+    openai_base_url: str = Field(default="", alias="OPENAI_BASE_URL")
+    openai_api_key: SecretStr | None = Field(default=None, alias="OPENAI_API_KEY")
     generation_model: str = Field(default="qwen3:8b", alias="GENERATION_MODEL")
     utility_model: str = Field(default="qwen3:0.6b", alias="UTILITY_MODEL")
     # The embedded fallback generator (used when Ollama is absent or LLM_BACKEND=local).
@@ -131,5 +134,6 @@ class Settings(BaseSettings):
         """Effective settings with secrets redacted, for /config."""
         data = self.model_dump(mode="json", by_alias=False)
         data["worker_api_key"] = "***" if self.worker_api_key else None
+        data["openai_api_key"] = "***" if self.openai_api_key else None
         data["embedding_model"] = self.resolved_embedding_model()
         return data

@@ -41,6 +41,10 @@ SCIFACT_IDS = ("4983", "5836", "7912", "18670", "19238")
 
 def scifact_docs(ids: tuple[str, ...] = SCIFACT_IDS) -> dict[tuple[str, str], str]:
     wanted, found = set(ids), {}
+    if not (SHARED / "eval" / "scifact").is_dir():
+        return (
+            found  # a bare clone: the corpus is the hand-written documents alone (no test asks about these)
+        )
     with open(SHARED / "eval" / "scifact" / "corpus.jsonl", encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)

@@ -216,7 +216,7 @@ class FakeOllama:
         return self.responder(model, messages, body)
 
     def log(self, path: str, body: dict) -> dict:
-        entry = {"path": path, "body": body, "pieces_sent": 0, "finished": False}
+        entry = {"path": path, "body": body, "pieces_sent": 0, "finished": False, "aborted": False}
         with self._lock:
             self.requests.append(entry)
             self._loaded[full_name(body.get("model", ""))] = time.time()
@@ -481,6 +481,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(final(""))
             self._end_stream()
         except (BrokenPipeError, ConnectionResetError):
+            entry["aborted"] = True  # what cancellation tests wait for
             self.close_connection = True  # the client went away: stop generating, as Ollama does
 
     # -- plumbing ------------------------------------------------------------------------------------------

@@ -13,8 +13,23 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+
+
+def shared_absent_reason(path: Path) -> str:
+    return (
+        f"needs the project's shared fixtures ({path}): ../shared is not beside this checkout "
+        "(a bare clone); the rest of the suite runs without it"
+    )
+
+
+def needs_shared(relative: str = "") -> pytest.MarkDecorator:
+    """Skip, saying why, when ../shared (or the part of it a test reads) is not there."""
+    path = SHARED / relative
+    return pytest.mark.skipif(not path.exists(), reason=shared_absent_reason(path))
 
 
 def free_port() -> int:

@@ -63,11 +63,11 @@ def wants_llm_summary(services: Services) -> bool:
         return False
     if mode == "on":
         return True
-    # auto: only when the resolved backend is Ollama; resolving never loads the embedded model.
+    # auto: only when the resolved backend is a model server; resolving never loads the embedded model.
     if services.settings.llm_backend == "local":
         return False
     try:
-        return services.llm.resolve().backend.backend == "ollama"
+        return services.llm.resolve().backend.backend in ("ollama", "openai")
     except Exception:  # an unreachable or misconfigured LLM must not fail an upload
         return False
 

@@ -1,8 +1,9 @@
-"""LLM backends (Ollama, embedded local model) behind one interface, and the router that picks one per turn."""
+"""LLM backends (Ollama, an OpenAI-compatible server, embedded local model) behind one interface, and the router that picks one per turn."""
 
 from .base import CancelToken, LLMBackend, Resolved, ThinkFilter, strip_think
 from .local import LocalBackend
 from .ollama_backend import OllamaBackend
+from .openai_backend import OpenAIBackend
 from .router import LLMRouter
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "LLMRouter",
     "LocalBackend",
     "OllamaBackend",
+    "OpenAIBackend",
     "Resolved",
     "ThinkFilter",
     "strip_think",

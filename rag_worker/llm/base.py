@@ -36,7 +36,7 @@ class CancelToken:
 
 @runtime_checkable
 class LLMBackend(Protocol):
-    backend: str  # "ollama" | "local"
+    backend: str  # "ollama" | "openai" | "local"
 
     def chat(
         self,

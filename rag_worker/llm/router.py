@@ -11,6 +11,7 @@ from ..settings import Settings
 from .base import Resolved
 from .local import LocalBackend
 from .ollama_backend import OllamaBackend, has_model
+from .openai_backend import OpenAIBackend
 
 PROBE_TTL_S = 30.0
 
@@ -30,13 +31,18 @@ class LLMRouter:
         self.ollama = OllamaBackend(settings, think=settings.ollama_think)
         # Built now (cheap: no weights are read until the first chat or stream).
         self.local = LocalBackend(settings)
+        # Only with LLM_BACKEND=openai; `auto` keeps preferring Ollama, then the embedded model.
+        self.openai = OpenAIBackend(settings) if settings.llm_backend == "openai" else None
         self._probe: _Probe | None = None
+        self._openai_probe: _Probe | None = None
         self._probe_lock = threading.Lock()
 
     def resolve(self) -> Resolved:
         mode = self.settings.llm_backend
         if mode == "local":
             return self._local("LLM_BACKEND=local")
+        if self.openai is not None:
+            return self._resolve_openai(self.openai)
         probe = self.probe()
         host, gen = self.settings.ollama_host, self.settings.generation_model
         if mode == "ollama":
@@ -49,6 +55,8 @@ class LLMRouter:
         return Resolved(self.ollama, gen, self._utility(probe), self._ollama_state(probe))
 
     def health(self) -> dict:
+        if self.openai is not None:
+            return self._openai_health(self.openai)
         resolved = self.resolve()
         probe = self.probe()
         if resolved.backend is self.local:
@@ -104,3 +112,55 @@ class LLMRouter:
         if not has_model(probe.models, gen):
             return f"model '{gen}' is not pulled on Ollama at {host} (run: ollama pull {gen})"
         return f"Ollama at {host} serves {gen}"
+
+    # -- LLM_BACKEND=openai ------------------------------------------------------------------------------------
+
+    def probe_openai(self, backend: OpenAIBackend, *, fresh: bool = False) -> _Probe:
+        """What the OpenAI-compatible server serves (GET /v1/models), cached like the Ollama probe."""
+        with self._probe_lock:
+            cached = self._openai_probe
+            if cached is not None and not fresh and time.monotonic() - cached.at < self.probe_ttl_s:
+                return cached
+            try:
+                probe = _Probe(True, backend.list_models())
+            except LLMUnavailable as exc:
+                probe = _Probe(False, error=exc.message.split(": ", 1)[-1])
+            probe.at = time.monotonic()
+            self._openai_probe = probe
+            return probe
+
+    def _resolve_openai(self, backend: OpenAIBackend) -> Resolved:
+        probe = self.probe_openai(backend)
+        gen, utility = self.settings.generation_model, self.settings.utility_model
+        # The generation model stands in for a utility model the server does not serve.
+        if not utility or (probe.reachable and utility not in probe.models):
+            utility = gen
+        return Resolved(backend, gen, utility, f"LLM_BACKEND=openai; {self._openai_state(backend, probe)}")
+
+    def _openai_state(self, backend: OpenAIBackend, probe: _Probe) -> str:
+        url, gen = backend.base_url, self.settings.generation_model
+        if not url:
+            return "OPENAI_BASE_URL is not set"
+        if not probe.reachable:
+            return f"OpenAI-compatible server not reachable at {url}: {probe.error}"
+        if gen not in probe.models:
+            served = ", ".join(probe.models[:10]) or "none"
+            return f"model '{gen}' is not served at {url} (it serves: {served})"
+        return f"{url} serves {gen}"
+
+    def _openai_health(self, backend: OpenAIBackend) -> dict:
+        resolved = self._resolve_openai(backend)
+        probe = self.probe_openai(backend)
+        return {
+            "ok": probe.reachable and resolved.generation_model in probe.models,
+            "backend": backend.backend,
+            "generation_model": resolved.generation_model,
+            "utility_model": resolved.utility_model,
+            "reason": resolved.reason,
+            "openai": {
+                "base_url": backend.base_url or None,
+                "reachable": probe.reachable,
+                "models": probe.models,
+                **({"error": probe.error} if probe.error else {}),
+            },
+        }

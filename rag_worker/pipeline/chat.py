@@ -45,6 +45,7 @@ def resolve_options(services: Services, request: ChatRequest) -> TurnOptions:
         temperature=o.temperature,
         max_tokens=o.max_tokens,
         prompts=dict(o.prompts or {}),
+        stop=list(o.stop or []),
     )
 
 

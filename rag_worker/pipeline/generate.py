@@ -55,8 +55,45 @@ def stream_answer(turn: Turn, messages: list[dict]) -> Iterator[str]:
         max_tokens=turn.options.max_tokens,
         cancel=turn.cancel,
     )
-    with contextlib.closing(stream):
-        yield from stream
+    with contextlib.closing(stream):  # leaving early (a stop sequence, a client gone) stops the model
+        if not turn.options.stop:
+            yield from stream
+            return
+        stops = StopFilter(turn.options.stop)
+        for piece in stream:
+            text, hit = stops.feed(piece)
+            if text:
+                yield text
+            if hit:
+                return
+        if rest := stops.flush():
+            yield rest
+
+
+class StopFilter:
+    """Cut a token stream before the first stop sequence, which may be split across pieces."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.keep = max((len(s) for s in self.stops), default=1) - 1
+        self.buffer = ""
+
+    def feed(self, piece: str) -> tuple[str, bool]:
+        """The text safe to show now, and whether a stop sequence was reached."""
+        self.buffer += piece
+        cuts = [at for s in self.stops if (at := self.buffer.find(s)) >= 0]
+        if cuts:
+            text, self.buffer = self.buffer[: min(cuts)], ""
+            return text, True
+        ready = len(self.buffer) - self.keep
+        if ready <= 0:
+            return "", False
+        text, self.buffer = self.buffer[:ready], self.buffer[ready:]
+        return text, False
+
+    def flush(self) -> str:
+        text, self.buffer = self.buffer, ""
+        return text
 
 
 def words_of(text: str) -> Iterator[str]:

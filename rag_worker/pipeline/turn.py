@@ -39,6 +39,7 @@ class TurnOptions:
     temperature: float | None
     max_tokens: int | None
     prompts: dict[str, str]
+    stop: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from ..ingest import pipeline
 from ..ingest.formats import kind_of
 from ..names import check_filename, check_name
-from ..schemas import parse
+from ..schemas import FileName, Name, parse
 from ..services import Services
 from ..sse import frame, sse_response
 from . import json_body, services
@@ -35,13 +35,13 @@ class _Body(BaseModel):
 
 
 class DeleteRequest(_Body):
-    index: str = "default"
-    dataset: str = "default"
-    filename: str
+    index: Name = "default"
+    dataset: Name = "default"
+    filename: FileName
 
 
 class IndexRequest(_Body):
-    index: str = "default"
+    index: Name = "default"
     rebuild: bool = False
     prune: bool = False
 

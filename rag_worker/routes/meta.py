@@ -85,4 +85,4 @@ def config():
 
 @bp.get("/openapi.json")
 def openapi():
-    return jsonify(spec())
+    return jsonify(spec(auth_required=services().settings.worker_api_key is not None))

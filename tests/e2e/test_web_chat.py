@@ -15,12 +15,12 @@ from playwright.sync_api import Page, expect
 
 from tests.e2e.conftest import CSP_REPORTER
 from tests.ollama_server import default_responder
-from tests.servers import SHARED
+from tests.servers import ROOT
 
 pytestmark = pytest.mark.e2e
 
 FIXTURES = Path(__file__).parent / "fixtures"
-DUCK = SHARED / "fixtures" / "docling" / "sources" / "duck.md"
+DUCK = ROOT / "tests" / "fixtures" / "duck.md"  # a copy of shared/fixtures/docling/sources/duck.md
 USER, PASSWORD = "alice", "correct horse battery"
 
 # Records what the newest assistant message shows each time the page changes: steps, cards, answer length.

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from bench import beir
-from tests.servers import SHARED
+from tests.servers import SHARED, needs_shared
 
 SCIFACT = SHARED / "eval" / "scifact"
 
@@ -52,6 +52,7 @@ def test_chunks_map_to_documents_by_their_best_chunk():
     assert beir.docs_from_hits(hits, lambda h: h.filename[:-4]) == ["7", "3", "5"]
 
 
+@needs_shared("eval/scifact")
 def test_slice_keeps_only_queries_it_can_answer():
     data = beir.load(SCIFACT, "test", limit_docs=200)
     assert len(data.corpus) == 200
@@ -60,6 +61,7 @@ def test_slice_keeps_only_queries_it_can_answer():
         assert all(d in data.corpus for d, r in data.qrels[qid].items() if r > 0)
 
 
+@needs_shared("eval/scifact")
 @pytest.mark.timeout(1200)
 def test_harness_on_a_200_document_slice(tmp_path, capsys, monkeypatch):
     """The command a user runs, end to end on a slice: real chunking, real index, the /chat retrieval stage."""

@@ -6,9 +6,10 @@ import pytest
 
 from rag_worker.ingest.chunk import Chunker
 from rag_worker.ingest.convert import Converter
-from tests.servers import SHARED
+from tests.servers import SHARED, needs_shared
 
 DOCLING = SHARED / "fixtures" / "docling" / "sources"
+pytestmark = needs_shared("fixtures/docling/sources")
 
 
 @pytest.fixture(scope="module")

@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
 
 from rag_worker.openapi import spec
 
-ROUTES = {
-    "/chat",
-    "/chat_stream",
-    "/create_title",
-    "/add_document",
-    "/get_documents",
-    "/get_datasets",
-    "/get_document",
-    "/delete",
-    "/index",
-    "/indexes/{index}",
-    "/config",
-    "/health",
-}
+
+def served_routes() -> set[str]:
+    """Every path the worker's app serves, in OpenAPI's spelling (`/indexes/{index}`)."""
+    from rag_worker.app import create_app
+    from rag_worker.settings import Settings
+
+    app = create_app(Settings(INDEX_STORE="/nonexistent-never-created"))
+    rules = {r.rule for r in app.url_map.iter_rules() if r.endpoint != "static"}
+    return {re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule) for rule in rules}
 
 
 def refs(node) -> set[str]:
@@ -33,7 +29,7 @@ def refs(node) -> set[str]:
 
 
 def test_every_route_of_the_contract_is_described():
-    assert set(spec()["paths"]) == ROUTES
+    assert set(spec()["paths"]) == served_routes()
 
 
 def test_component_schemas_are_valid_and_every_reference_resolves():
@@ -51,3 +47,34 @@ def test_a_chat_request_validates_against_the_published_schema():
     validator = jsonschema.Draft202012Validator(json.loads(text))
     validator.validate({"prompt": "hi", "history": [{"role": "user", "content": "x"}], "datasets": ["hr"]})
     assert not validator.is_valid({"history": []}), "prompt is required"
+
+
+def test_the_key_is_declared_required_only_when_the_worker_has_one():
+    assert spec(auth_required=True)["security"] == [{"bearer": []}]
+    open_doc = spec(auth_required=False)
+    assert "security" not in open_doc and "securitySchemes" not in open_doc["components"]
+    assert all("401" not in op["responses"] for path in open_doc["paths"].values() for op in path.values())
+    assert spec(auth_required=True)["paths"]["/health"]["get"]["security"] == []
+
+
+def test_answers_are_described_by_their_models_not_by_hand():
+    schemas = spec()["components"]["schemas"]
+    assert {
+        "Answer",
+        "Document",
+        "Citation",
+        "Step",
+        "ChatRequest",
+        "ChatCompletionRequest",
+        "OpenAIError",
+    } <= set(schemas)
+    assert set(schemas["Answer"]["required"]) >= {
+        "reply",
+        "history",
+        "documents",
+        "citations",
+        "abstained",
+        "route",
+    }
+    answer = spec()["paths"]["/chat"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer == {"$ref": "#/components/schemas/Answer"}

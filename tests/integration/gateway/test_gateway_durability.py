@@ -182,7 +182,7 @@ def test_two_users_cannot_touch_each_others_chats_or_indexes(api, alice, bob, al
     mine = api.get(f"/api/chats/{c}", headers=alice).json()
     assert len(mine["messages"]) == 2 and mine["title"] != "mine now"
     index = api.get(f"/api/indexes/{i}", headers=alice).json()
-    assert index["name"] == "Ducks" and [x["filename"] for x in index["document_list"]] == ["duck.md"]
+    assert index["name"] == "Ducks" and [x["filename"] for x in index["documents"]] == ["duck.md"]
     assert api.get(f"/api/indexes/{i}/documents/{d}/download", headers=alice).content == DUCK.read_bytes()
 
 
@@ -210,7 +210,7 @@ def test_an_oversized_upload_is_refused_before_reaching_the_worker(api, alice, a
     )
     assert r.status_code == 413 and r.json()["code"] == "too_large"
     index = api.get(f"/api/indexes/{alice_index['id']}", headers=alice).json()
-    assert "big.md" not in [x["filename"] for x in index["document_list"]]
+    assert "big.md" not in [x["filename"] for x in index["documents"]]
 
 
 def test_an_unsupported_file_gets_the_workers_clear_4xx(api, alice, alice_index):

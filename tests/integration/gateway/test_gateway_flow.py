@@ -35,7 +35,7 @@ def duck_index(api, user):
 def test_the_upload_is_listed_with_its_dataset_and_chunks(duck_index):
     assert duck_index["status"] == "ready"
     assert duck_index["datasets"] == ["animals"]
-    [doc] = duck_index["document_list"]
+    [doc] = duck_index["documents"]
     assert doc["filename"] == "duck.md" and doc["chunks"] == duck_index["chunks"] > 0
 
 
@@ -163,7 +163,7 @@ def test_the_original_file_downloads_and_a_document_can_be_removed(api, user):
     assert got.status_code == 200 and got.content == body
     assert api.delete(f"/api/indexes/{index['id']}/documents/{doc['id']}", headers=user).status_code == 204
     after = api.get(f"/api/indexes/{index['id']}", headers=user).json()
-    assert after["document_list"] == [] and after["chunks"] == 0 and after["status"] == "empty"
+    assert after["documents"] == [] and after["chunks"] == 0 and after["status"] == "empty"
     assert (
         api.get(f"/api/indexes/{index['id']}/documents/{doc['id']}/download", headers=user).status_code == 404
     )
@@ -181,7 +181,7 @@ def test_a_rebuild_relays_progress_and_keeps_the_documents(api, user, duck_index
     assert any(e == "progress" for e, _ in seen)
     after = wait_index(api, duck_index["id"], user)
     assert after["status"] == "ready" and after["chunks"] > 0
-    assert [d["filename"] for d in after["document_list"]] == ["duck.md"]
+    assert [d["filename"] for d in after["documents"]] == ["duck.md"]
 
 
 def wait_index(api, index_id, user, timeout=30.0):

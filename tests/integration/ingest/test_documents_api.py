@@ -10,9 +10,10 @@ import httpx
 import pytest
 
 from tests.integration.ingest.helpers import StoreReader, documents, sse_events, start_worker, upload
-from tests.servers import SHARED
+from tests.servers import SHARED, needs_shared
 
 DOCLING = SHARED / "fixtures" / "docling" / "sources"
+needs_docling = needs_shared("fixtures/docling/sources")
 ENCRYPTED = (
     SHARED / "fixtures/py-pdf-sample-files/005-libreoffice-writer-password/libreoffice-writer-password.pdf"
 )
@@ -108,6 +109,7 @@ def test_delete_removes_one_file_even_when_another_has_identical_text(client, re
     assert again.status_code == 404
 
 
+@needs_docling
 def test_concurrent_uploads_to_one_index_both_land(client, worker):
     results: dict[str, int] = {}
 
@@ -146,6 +148,7 @@ def test_unicode_and_spaces_in_names_are_kept_for_display(client):
 # -- bulk indexing -------------------------------------------------------------------------------------------------
 
 
+@needs_docling
 def test_index_reports_a_corrupt_file_and_indexes_the_others(client, reader, tmp):
     folder = tmp / "shared_uploads" / "batch"
     (folder / "manuals").mkdir(parents=True)
@@ -261,16 +264,23 @@ def _big_xlsx() -> bytes:
         ("photo.pdf", b"\x89PNG\r\n\x1a\n" + b"\x00" * 100, 415, "unsupported_type"),
         ("letter.docx", b"plain text pretending", 415, "unsupported_type"),
         ("empty.txt", b"", 400, "empty"),
-        ("locked.pdf", ENCRYPTED.read_bytes(), 400, "encrypted"),
-        ("broken.pdf", (DOCLING / "multi_page.pdf").read_bytes()[:2500], 400, "corrupt"),
-        ("bomb.docx", None, 413, "zip_bomb"),
+        pytest.param(
+            "locked.pdf", None, 400, "encrypted", marks=needs_shared("fixtures/py-pdf-sample-files")
+        ),
+        pytest.param("broken.pdf", None, 400, "corrupt", marks=needs_shared("fixtures/docling/sources")),
+        pytest.param("bomb.docx", None, 413, "zip_bomb", marks=needs_docling),
         ("huge.xlsx", None, 413, "too_many_cells"),
         ("big.txt", b"word " * 700_000, 413, "too_large"),
     ],
     ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None,
 )
 def test_bad_uploads_are_refused_and_change_nothing(client, tmp, name, data, status, code):
-    data = {"bomb.docx": _bomb_docx, "huge.xlsx": _big_xlsx}.get(name, lambda: data)()
+    data = {
+        "bomb.docx": _bomb_docx,
+        "huge.xlsx": _big_xlsx,
+        "locked.pdf": ENCRYPTED.read_bytes,
+        "broken.pdf": lambda: (DOCLING / "multi_page.pdf").read_bytes()[:2500],
+    }.get(name, lambda: data)()
     resp = upload(client, name, data, index="hostile")
     assert resp.status_code == status, resp.text
     body = resp.json()

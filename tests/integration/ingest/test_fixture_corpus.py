@@ -14,10 +14,11 @@ import httpx
 import pytest
 
 from tests.integration.ingest.helpers import StoreReader, sse_events, start_worker
-from tests.servers import SHARED
+from tests.servers import SHARED, needs_shared
 
 DOCLING = SHARED / "fixtures" / "docling"
 PYPDF = SHARED / "fixtures" / "py-pdf-sample-files"
+pytestmark = needs_shared("fixtures")
 REFUSED = {"libreoffice-writer-password.pdf": "encrypted"}
 # Latin-script words: pdfium's text of the Arabic sample is mojibake around the one Latin word it holds.
 WORD = re.compile(r"[A-Za-zÀ-ÖØ-öø-ÿ]{5,}")

@@ -208,7 +208,7 @@ def test_the_first_user_finds_the_demo_index_in_the_chat(system):
     with urllib.request.urlopen(req, timeout=30) as resp:
         indexes = json.loads(resp.read())
     demo = [i for i in indexes if i["name"] == "demo"]
-    assert demo and demo[0]["documents"] >= 1, indexes
+    assert demo and demo[0]["document_count"] >= 1, indexes
 
 
 def test_health_is_zero_with_everything_up(system):

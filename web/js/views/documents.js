@@ -152,9 +152,8 @@ export class DocumentsView {
   }
 
   documents() {
-    // GET /api/indexes/{id} names the list `document_list` (`documents` is the count).
-    const list = this.index?.document_list ?? this.index?.documents;
-    return Array.isArray(list) ? list : [];
+    // GET /api/indexes/{id}: `documents` is the list, `document_count` the count.
+    return this.index?.documents ?? [];
   }
 
   stats() {
