@@ -53,9 +53,12 @@ class Settings(BaseSettings):
     # Retrieval defaults (per-request options override them).
     top_k: int = Field(default=5, alias="TOP_K")
     candidates: int = Field(default=30, alias="RETRIEVAL_CANDIDATES")
-    # 10 rather than the customary 60: top ranks of each leg weigh more; +0.009 nDCG@10 on SciFact train, and
-    # every k from 5 to 30 beat 60 (docs/benchmarks.md, "Retrieval quality").
-    rrf_k: int = Field(default=10, alias="RRF_K")
+    # Hybrid fusion (store.FUSIONS; docs/benchmarks.md, "Fusion that generalises"): FUSION_ALPHA weighs the vector
+    # leg in the convex fusions "tmm" / "zscore"; RRF_K is the k of "rrf" (the customary 60: the 10 once fitted to
+    # SciFact did no better than 60 on other collections).
+    fusion: Literal["rrf", "tmm", "zscore"] = Field(default="rrf", alias="FUSION")
+    fusion_alpha: float = Field(default=0.5, ge=0.0, le=1.0, alias="FUSION_ALPHA")
+    rrf_k: int = Field(default=60, ge=1, alias="RRF_K")
     chunk_tokens: int = Field(default=256, alias="CHUNK_TOKENS")
     # A table reaching this many chunks gets an ANN vector index (0: never); below it the exact scan is fast
     # enough. NPROBES / REFINE_FACTOR trade its speed for recall. Measured in docs/benchmarks.md.
