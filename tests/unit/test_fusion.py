@@ -60,7 +60,9 @@ def test_z_score_fusion():
     cos_mean, cos_std = np.mean([0.9, 0.3]), np.std([0.9, 0.3])
     bm_mean, bm_std = np.mean([10.0, 9.9, 2.0]), np.std([10.0, 9.9, 2.0])
     assert hits["a"].score == pytest.approx(0.3 * (0.9 - cos_mean) / cos_std + 0.7 * (9.9 - bm_mean) / bm_std)
-    assert hits["c"].score == pytest.approx(0.3 * (-1.0 - cos_mean) / cos_std + 0.7 * (2.0 - bm_mean) / bm_std)
+    assert hits["c"].score == pytest.approx(
+        0.3 * (-1.0 - cos_mean) / cos_std + 0.7 * (2.0 - bm_mean) / bm_std
+    )
 
 
 @pytest.mark.parametrize("fusion", ["tmm", "zscore"])
