@@ -10,15 +10,20 @@ vector-leg weight alpha on a 0.1 grid. Documents are ranked from the fused top `
 (RETRIEVAL_CANDIDATES) either by their best chunk (max: the first appearance, what `bench.retrieval` and a
 `/chat` client see) or by the sum of their chunks' fused scores. nDCG@10 is printed per split, so that the whole
 curve shows and not only its best point; choose on train, then confirm with `bench.retrieval` on test.
-`--fts-variants` also rebuilds the FTS index of a copy of the table under other tokenizer settings.
+`--prf` also measures pseudo-relevance feedback on the FTS leg (RM3-style: the `--prf-terms` terms weighing most
+in the top `--prf-docs` FTS chunks, each chunk's term frequencies weighted by its share of their BM25 scores, are
+added to the query and the FTS leg is run again), fused the same ways. `--fts-variants` also rebuilds the FTS index
+of a copy of the table under other tokenizer settings.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -29,19 +34,70 @@ from bench.retrieval import INDEX, ROOT, ensure_index, filename_for
 _KEEP = ("id", "document_id", "filename", "dataset", "page", "chunk_index", "metadata", "_distance", "_score")
 
 
-def legs(services, data: beir.BeirDataset, depth: int) -> dict:
+def legs(services, data: beir.BeirDataset, depth: int, prf_docs: int = 0):
     """qid -> (vector rows, FTS rows, query vector), as `Store.search` fetches them in hybrid mode."""
     from rag_worker.store import _has_words
 
     store = services.store
     tables = [(INDEX, store._require(INDEX))]
     out = {}
+    texts = {}
     for n, (qid, query) in enumerate(data.queries.items(), start=1):
         qvec = services.embedder.embed_query(query)
         vec_rows, fts_rows = store._run_legs(tables, qvec, query if _has_words(query) else None, None, depth)
         out[qid] = (_slim(vec_rows), _slim(fts_rows), qvec)
+        if prf_docs:
+            texts[qid] = (
+                query,
+                [(nm, {"text": r["text"], "_score": r["_score"]}) for nm, r in fts_rows[:prf_docs]],
+            )
         if n % 200 == 0:
             print(f"  legs: {n}/{len(data.queries)} queries", file=sys.stderr, flush=True)
+    return (out, texts) if prf_docs else out
+
+
+# English function words (the FTS tokenizer drops its own list; expansion terms must not be these either).
+STOP = set(  # noqa: SIM905
+    """a about above after again against all also am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having he
+    her here hers him his how i if in into is it its itself just may me might more most must my no nor not now of
+    off on once only or other our ours out over own same she should so some such than that the their theirs them
+    then there these they this those through to too under until up very was we were what when where which while
+    who whom why will with would you your yours within without however therefore thus using used use via among
+    whether either neither both per et al""".split()
+)
+_TERM = re.compile(r"[a-z][a-z-]{2,}")
+
+
+def prf_query(query: str, fts_rows, n_docs: int, n_terms: int) -> str:
+    """The query plus the terms weighing most in the top FTS chunks (RM3's relevance model, unsmoothed)."""
+    top = fts_rows[:n_docs]
+    if not top:
+        return query
+    total = sum(max(float(r["_score"]), 0.0) for _, r in top) or 1.0
+    own = set(_TERM.findall(query.lower()))
+    weight: Counter = Counter()
+    for _, r in top:
+        terms = [t for t in _TERM.findall(r.get("text", "").lower()) if t not in STOP]
+        if not terms:
+            continue
+        share = max(float(r["_score"]), 0.0) / total
+        for term, tf in Counter(terms).items():
+            if term not in own:
+                weight[term] += share * tf / len(terms)
+    return " ".join([query, *(t for t, _ in weight.most_common(n_terms))])
+
+
+def prf_legs(services, fetched_texts: dict, fetched: dict, depth: int, n_docs: int, n_terms: int) -> dict:
+    """The same legs with the FTS leg re-run on the expanded query."""
+    store = services.store
+    tables = [(INDEX, store._require(INDEX))]
+    out = {}
+    for qid, (vec_rows, _, qvec) in fetched.items():
+        query, fts_full = fetched_texts[qid]
+        expanded = prf_query(query, fts_full, n_docs, n_terms)
+        _, fts_rows = store._run_legs(tables, qvec, expanded, None, depth)
+        out[qid] = (vec_rows, _slim(fts_rows), qvec)
     return out
 
 
@@ -126,12 +182,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=30, help="fused chunks kept (RETRIEVAL_CANDIDATES)")
     parser.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "bench")
     parser.add_argument("--fts-variants", action="store_true")
+    parser.add_argument("--prf", action="store_true", help="also measure RM3-style feedback on the FTS leg")
+    parser.add_argument("--prf-docs", type=int, default=10)
+    parser.add_argument("--prf-terms", type=int, default=10)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     splits = {name: beir.load(args.dataset, name) for name in args.splits}
     services, store_dir, _ = ensure_index(splits[args.splits[0]], None, args.cache_dir)
-    fetched = {name: legs(services, data, args.depth) for name, data in splits.items()}
+    if args.prf:
+        fetched, prf_fetched = {}, {}
+        for name, data in splits.items():
+            fetched[name], texts = legs(services, data, args.depth, args.prf_docs)
+            prf_fetched[name] = prf_legs(
+                services, texts, fetched[name], args.depth, args.prf_docs, args.prf_terms
+            )
+    else:
+        fetched = {name: legs(services, data, args.depth) for name, data in splits.items()}
     sizes = ", ".join(f"{name} {len(d.queries)} queries" for name, d in splits.items())
     print(f"{args.dataset}: {sizes}; legs {args.depth} chunks deep, top {args.limit} chunks fused")
     cols = [f"{s} {agg}" for agg in ("max", "sum") for s in args.splits]
@@ -145,8 +212,18 @@ def main(argv: list[str] | None = None) -> int:
                 row[f"{name} {agg}"] = evaluate(fetched[name], data, args.limit, agg, params)["ndcg@10"]
         table[label] = row
         print(f"| {label} | " + " | ".join(f"{row[c]:.4f}" for c in cols) + " |", flush=True)
+    if args.prf:
+        print(f"With RM3-style feedback on the FTS leg ({args.prf_docs} chunks, {args.prf_terms} terms):")
+        for label, params in [("fts alone", {"fusion": "tmm", "alpha": 0.0})] + configs():
+            row = {}
+            for agg in ("max", "sum"):
+                for name, data in splits.items():
+                    m = evaluate(prf_fetched[name], data, args.limit, agg, params)
+                    row[f"{name} {agg}"] = m["ndcg@10"]
+            table[f"prf {label}"] = row
+            print(f"| prf {label} | " + " | ".join(f"{row[c]:.4f}" for c in cols) + " |", flush=True)
     first = f"{args.splits[0]} max"
-    for family in ("rrf", "tmm", "zscore"):
+    for family in ("rrf", "tmm", "zscore", *(("prf rrf", "prf tmm", "prf zscore") if args.prf else ())):
         best = max((lb for lb in table if lb.startswith(family)), key=lambda lb: table[lb][first])
         print(f"best {family} on {first}: {best} ({table[best][first]:.4f})")
     if args.fts_variants:

@@ -573,17 +573,28 @@ class Store:
         self._build_ann(table)
 
     @staticmethod
-    def _build_ann(table: LanceTable, index_type: str = ANN_INDEX_TYPE) -> None:
-        # Cosine, as the vector leg searches; partitions, graph and quantizer settings are LanceDB's defaults,
-        # which the latency benchmark measured (IVF_HNSW_SQ kept recall where IVF_PQ lost half of it).
-        table.create_index(metric="cosine", vector_column_name="vector", index_type=index_type, replace=True)
+    def _build_ann(
+        table: LanceTable, index_type: str = ANN_INDEX_TYPE, num_partitions: int | None = None
+    ) -> None:
+        # Cosine, as the vector leg searches; graph and quantizer settings are LanceDB's defaults, partitions too
+        # unless given (the latency benchmark's sweep measured them: docs/benchmarks.md).
+        table.create_index(
+            metric="cosine",
+            vector_column_name="vector",
+            index_type=index_type,
+            num_partitions=num_partitions or None,
+            replace=True,
+        )
 
     def has_ann(self, index: str) -> bool:
         return offload(self._has_ann, self._require(index))
 
-    def build_ann(self, index: str, index_type: str = ANN_INDEX_TYPE) -> None:
-        """Build (or rebuild) the ANN vector index now, whatever the table's size."""
-        offload(self._build_ann, self._require(index), index_type)
+    def build_ann(
+        self, index: str, index_type: str = ANN_INDEX_TYPE, num_partitions: int | None = None
+    ) -> None:
+        """Build (or rebuild) the ANN vector index now, whatever the table's size (partitions: LanceDB's
+        default when None)."""
+        offload(self._build_ann, self._require(index), index_type, num_partitions)
 
     # -- internals: reads -----------------------------------------------------------------------------------
 
