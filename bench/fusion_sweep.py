@@ -57,15 +57,14 @@ def legs(services, data: beir.BeirDataset, depth: int, prf_docs: int = 0):
 
 
 # English function words (the FTS tokenizer drops its own list; expansion terms must not be these either).
-STOP = set(  # noqa: SIM905
-    """a about above after again against all also am an and any are as at be because been before being below
+_STOP_WORDS = """a about above after again against all also am an and any are as at be because been before being below
     between both but by can could did do does doing down during each few for from further had has have having he
     her here hers him his how i if in into is it its itself just may me might more most must my no nor not now of
     off on once only or other our ours out over own same she should so some such than that the their theirs them
     then there these they this those through to too under until up very was we were what when where which while
     who whom why will with would you your yours within without however therefore thus using used use via among
-    whether either neither both per et al""".split()
-)
+    whether either neither both per et al"""
+STOP = set(_STOP_WORDS.split())
 _TERM = re.compile(r"[a-z][a-z-]{2,}")
 
 
