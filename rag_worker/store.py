@@ -335,7 +335,7 @@ class Store:
         datasets: list[str] | None = None,
         limit: int = 30,
         vector: np.ndarray | None = None,
-        rrf_k: int = 60,
+        rrf_k: int = 10,
         fusion: str = "rrf",
         fusion_alpha: float = 0.5,
     ) -> list[Hit]:
