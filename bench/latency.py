@@ -1,6 +1,8 @@
 """Retrieval-stage latency at 10k, 100k and 1M chunks, with and without the ANN vector index, against NumPy.
 
     .venv/bin/python -m bench.latency [--sizes 10000 100000 1000000] [--queries 50] [--index-types IVF_PQ]
+    .venv/bin/python -m bench.latency --sizes 200000 --index-types IVF_HNSW_SQ IVF_PQ --partitions 0 256 \
+        --nprobes 5 10 20 --refine 0 2 5 10      # the ANN sweep
 
 One LanceDB table grows through the sizes (written with the Store's own schema and row checks; bulk appends
 rather than per-document commits, which would take hours at 1M). Rows: the SciFact chunk vectors the retrieval
@@ -14,6 +16,10 @@ At each size, for each query:
   with no vector index (LanceDB's exact scan), then with each ANN index type (built through `Store.build_ann`,
   timed), and its recall@10 against the exact top 10.
 p50 / p95 are per query, in milliseconds, after one warm-up query.
+
+The sweep: every index type is built with every `--partitions` (0: LanceDB's default), and each build is then
+searched with every `--nprobes` x `--refine` (refine_factor; 0: none), set on the store as ANN_NPROBES and
+ANN_REFINE_FACTOR would; the speed-ups are p50 ratios against NumPy's exact scan in the same run.
 """
 
 from __future__ import annotations
@@ -128,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--index-types", nargs="+", default=["IVF_HNSW_SQ"])
+    parser.add_argument("--base", type=int, default=None, help="use only the first N cached vectors as bases")
+    parser.add_argument("--partitions", nargs="+", type=int, default=[0], help="IVF partitions (0: default)")
+    parser.add_argument("--nprobes", nargs="+", type=int, default=None, help="default: the store's")
+    parser.add_argument("--refine", nargs="+", type=int, default=None, help="default: the store's")
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench" / "latency")
     parser.add_argument("--vectors", type=Path, default=ROOT / ".cache" / "bench" / "vectors.sqlite")
     parser.add_argument("--json", type=Path, default=None)
@@ -147,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = [f"{d['title']}\n{d['text']}"[:800] for d in data.corpus.values()]
     queries = list(data.queries.values())[: args.queries]
     qvecs = np.stack([embedder.embed_query(q) for q in queries])
-    base = base_vectors(args.vectors, embedder.dim)
+    base = base_vectors(args.vectors, embedder.dim)[: args.base]
     print(f"{len(base)} base vectors, {len(queries)} queries", file=sys.stderr, flush=True)
 
     rng = np.random.default_rng(1)
@@ -161,10 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     have = 0
     rows: list[dict] = []
     print(
-        "| chunks | search | index build s | vector p50 / p95 ms | hybrid p50 / p95 ms | recall@10 |",
+        "| chunks | search | index build s | vector p50 / p95 ms | hybrid p50 / p95 ms | recall@10 "
+        "| vector / hybrid speed-up vs numpy exact |",
         flush=True,
     )
-    print("|---:|---|---:|---|---|---:|", flush=True)
+    print("|---:|---|---:|---|---|---:|---|", flush=True)
+    saved_search = (store.ann_nprobes, store.ann_refine_factor)
     for size in sorted(args.sizes):
         t0 = time.monotonic()
         while have < size:
@@ -186,25 +198,42 @@ def main(argv: list[str] | None = None) -> int:
         v_times, v_res = time_store(store, queries, qvecs, "vector")
         h_times, _ = time_store(store, queries, qvecs, "hybrid")
         report.append(("lancedb exact", None, v_times, h_times, recall10(v_res, truth)))
+        np_p50 = percentiles(np_times)[0]
+        for entry in report:
+            _row(size, *entry, np_p50, rows)
+        nprobes = args.nprobes or [store.ann_nprobes]
+        refines = args.refine if args.refine is not None else [store.ann_refine_factor]
         for kind in args.index_types:
-            t1 = time.monotonic()
-            store.build_ann(INDEX, kind)
-            built = time.monotonic() - t1
-            v_times, v_res = time_store(store, queries, qvecs, "vector")
-            h_times, _ = time_store(store, queries, qvecs, "hybrid")
-            report.append((f"lancedb {kind}", built, v_times, h_times, recall10(v_res, truth)))
-        for name, built, vt, ht, rec in report:
-            vp = "{:.1f} / {:.1f}".format(*percentiles(vt))
-            hp = "{:.1f} / {:.1f}".format(*percentiles(ht)) if ht else "n/a"
-            b = f"{built:.0f}" if built is not None else ""
-            print(f"| {size:,} | {name} | {b} | {vp} | {hp} | {rec:.3f} |", flush=True)
-            rows.append(
-                {"size": size, "search": name, "build_s": built, "vector_ms": percentiles(vt),
-                 "hybrid_ms": percentiles(ht) if ht else None, "recall@10": rec}
-            )  # fmt: skip
+            for parts in args.partitions:
+                t1 = time.monotonic()
+                store.build_ann(INDEX, kind, parts or None)
+                built = time.monotonic() - t1
+                for probes in nprobes:
+                    for refine in refines:
+                        store.ann_nprobes, store.ann_refine_factor = probes, refine
+                        v_times, v_res = time_store(store, queries, qvecs, "vector")
+                        h_times, _ = time_store(store, queries, qvecs, "hybrid")
+                        name = f"lancedb {kind} p={parts or 'default'} nprobes={probes} refine={refine}"
+                        report.append((name, built, v_times, h_times, recall10(v_res, truth)))
+                        _row(size, *report[-1], np_p50, rows)
+                        built = None
+        store.ann_nprobes, store.ann_refine_factor = saved_search
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0
+
+
+def _row(size, name, built, vt, ht, rec, np_p50, rows) -> None:
+    vp = "{:.1f} / {:.1f}".format(*percentiles(vt))
+    hp = "{:.1f} / {:.1f}".format(*percentiles(ht)) if ht else "n/a"
+    b = f"{built:.0f}" if built is not None else ""
+    speed = f"{np_p50 / percentiles(vt)[0]:.1f}x"
+    speed += f" / {np_p50 / percentiles(ht)[0]:.1f}x" if ht else ""
+    print(f"| {size:,} | {name} | {b} | {vp} | {hp} | {rec:.3f} | {speed} |", flush=True)
+    rows.append(
+        {"size": size, "search": name, "build_s": built, "vector_ms": percentiles(vt),
+         "hybrid_ms": percentiles(ht) if ht else None, "recall@10": rec}
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,8 +1,13 @@
 """Retrieval quality on a BEIR-format dataset, through the worker's own ingestion chunking and retrieval stage.
 
     .venv/bin/python -m bench.retrieval --dataset ../shared/eval/scifact --split test
+    .venv/bin/python -m bench.retrieval --dataset ../shared/eval/scifact OTHER_BEIR_FOLDER --split test
     .venv/bin/python -m bench.retrieval --dataset ../shared/eval/scifact --split train --limit-docs 200 \
         --modes fts vector hybrid
+
+Several `--dataset` folders are measured in one run and printed as one table (collection x mode), so that a
+change that wins on one collection and loses on another shows at once. A folder without the split falls back
+to `test` (a collection whose qrels hold only a test split).
 
 Each corpus document becomes a file `<_id>.txt` holding "title\\n\\nbody". The file is converted and chunked by
 the ingestion pipeline's own converter and chunker (`rag_worker.ingest.pipeline.parts`, the ones `ingest_file`
@@ -13,7 +18,9 @@ are cached by text, so a rebuild after a change to the FTS config or the chunk b
 
 Every query then goes through `rag_worker.pipeline.retrieve.search` (the stage `/chat` runs, with a Turn built by
 `chat.prepare` with rewrite and HyDE off since BEIR queries are standalone), for each mode:
-- fts, vector, hybrid (RRF);
+- fts, vector;
+- rrf: the baseline, plain reciprocal rank fusion (k = 60, both legs 100 deep), whatever FUSION says;
+- hybrid: the shipped fusion (FUSION, FUSION_ALPHA, RRF_K from the environment);
 - hybrid+rerank, when RERANKER_MODEL is set (the `/chat` rerank stage over the same candidates).
 HyDE needs a generating LLM and is not measured here. Retrieved chunks map back to documents by file name, a
 document scoring as its best chunk. nDCG@10 and MRR@10 come from the stage as `/chat` calls it (RETRIEVAL_CANDIDATES
@@ -43,7 +50,8 @@ from bench import beir
 ROOT = Path(__file__).resolve().parent.parent
 INDEX = "beir"
 DATASET = "beir"
-ALL_MODES = ("fts", "vector", "hybrid", "hybrid+rerank")
+ALL_MODES = ("fts", "vector", "rrf", "hybrid", "hybrid+rerank")
+BASELINE = {"fusion": "rrf", "rrf_k": 60}  # the "rrf" mode: what fusion must beat
 WRITE_BATCH = 4096
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
 
@@ -235,7 +243,7 @@ def make_turn(services, mode: str):
     from rag_worker.pipeline.chat import prepare
     from rag_worker.schemas import ChatRequest, Options
 
-    leg = "hybrid" if mode.startswith("hybrid") else mode
+    leg = "hybrid" if mode.startswith("hybrid") or mode == "rrf" else mode
     request = ChatRequest(
         prompt="benchmark",
         index=INDEX,
@@ -271,35 +279,50 @@ def run_mode(services, data: beir.BeirDataset, mode: str, depth: int) -> ModeRes
 
 
 def _stage(retrieve, turn, query: str, mode: str, candidates: int):
-    # The stage reads RETRIEVAL_CANDIDATES from the settings: set for this call (the deep one for Recall@100).
+    # The stage reads RETRIEVAL_CANDIDATES (and the fusion) from the settings: set for this call (the deep one
+    # for Recall@100; plain RRF for the baseline mode).
     settings = turn.services.settings
-    saved = settings.candidates
-    settings.candidates = candidates
+    override = {"candidates": candidates, **(BASELINE if mode == "rrf" else {})}
+    saved = {name: getattr(settings, name) for name in override}
+    for name, value in override.items():
+        setattr(settings, name, value)
     try:
         hits = retrieve.search(turn, query)
         if mode.endswith("+rerank"):
             hits = retrieve.rerank(turn, query, hits)
         return hits
     finally:
-        settings.candidates = saved
+        for name, value in saved.items():
+            setattr(settings, name, value)
 
 
-def format_table(results: list[ModeResult]) -> str:
+def format_table(results: list[ModeResult], collections: list[str] | None = None) -> str:
+    """One row per (collection, mode); with one collection the collection column is left out."""
+    many = collections is not None and len(set(collections)) > 1
+    head = "| collection | mode |" if many else "| mode |"
     lines = [
-        "| mode | nDCG@10 | Recall@100 | MRR@10 | ms/query |",
-        "|---|---:|---:|---:|---:|",
+        f"{head} nDCG@10 | Recall@100 | MRR@10 | ms/query |",
+        ("|---|---|" if many else "|---|") + "---:|---:|---:|---:|",
     ]
-    for r in results:
+    for n, r in enumerate(results):
         m = r.metrics
+        first = f"| {collections[n]} | {r.mode} |" if many else f"| {r.mode} |"
         lines.append(
-            f"| {r.mode} | {m['ndcg@10']:.3f} | {m['recall@100']:.3f} | {m['mrr@10']:.3f} | {r.ms_per_query:.0f} |"
+            f"{first} {m['ndcg@10']:.3f} | {m['recall@100']:.3f} | {m['mrr@10']:.3f} | {r.ms_per_query:.0f} |"
         )
     return "\n".join(lines)
 
 
+def load_split(root: Path, split: str, limit_docs: int | None) -> beir.BeirDataset:
+    if not (root / "qrels" / f"{split}.tsv").is_file() and (root / "qrels" / "test.tsv").is_file():
+        print(f"{root}: no {split} split, using test", file=sys.stderr)
+        split = "test"
+    return beir.load(root, split, limit_docs)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", type=Path, required=True, help="a BEIR-format folder")
+    parser.add_argument("--dataset", type=Path, nargs="+", required=True, help="BEIR-format folders")
     parser.add_argument("--split", default="test")
     parser.add_argument("--limit-docs", type=int, default=None, help="index a slice of this many documents")
     parser.add_argument("--modes", nargs="+", default=list(ALL_MODES), choices=ALL_MODES)
@@ -310,53 +333,62 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    data = beir.load(args.dataset, args.split, args.limit_docs)
-    if not data.queries:
-        raise SystemExit("no query of this split has a relevant document in the corpus (slice)")
-    services, store_dir, _ = ensure_index(data, args.limit_docs, args.cache_dir, args.rebuild)
-    modes = list(dict.fromkeys(args.modes))
-    skipped = []
-    if "hybrid+rerank" in modes and services.reranker is None:
-        modes.remove("hybrid+rerank")
-        skipped.append("hybrid+rerank (RERANKER_MODEL is not set)")
-    s = services.settings
-    chunks = services.store.count(INDEX)
-    print(
-        f"dataset {data.root} split {args.split}: {len(data.queries)} queries, {len(data.corpus)} documents, "
-        f"{chunks} chunks; embedder {services.embedder.model_id} (max_length {services.embedder.max_length}), "
-        f"CHUNK_TOKENS {s.chunk_tokens}, RRF_K {s.rrf_k}, RETRIEVAL_CANDIDATES {s.candidates}, depth {args.depth}"
-    )
-    # Query vectors first (the embedder caches them): ms/query then measures the search itself in every mode,
-    # rather than charging the first mode for embedding every query.
-    for query in data.queries.values():
-        services.embedder.embed_query(query)
-    results = []
-    for mode in modes:
-        results.append(run_mode(services, data, mode, args.depth))
-        print(f"  {mode} done", file=sys.stderr, flush=True)
-    print(format_table(results))
+    results: list[ModeResult] = []
+    collections: list[str] = []
+    report = []
+    skipped: list[str] = []
+    for root in dict.fromkeys(args.dataset):
+        data = load_split(root, args.split, args.limit_docs)
+        if not data.queries:
+            raise SystemExit(f"{root}: no query of this split has a relevant document in the corpus (slice)")
+        services, store_dir, _ = ensure_index(data, args.limit_docs, args.cache_dir, args.rebuild)
+        modes = list(dict.fromkeys(args.modes))
+        if "hybrid+rerank" in modes and services.reranker is None:
+            modes.remove("hybrid+rerank")
+            note = "hybrid+rerank (RERANKER_MODEL is not set)"
+            if note not in skipped:
+                skipped.append(note)
+        s = services.settings
+        chunks = services.store.count(INDEX)
+        name = data.root.resolve().name
+        print(
+            f"{name} ({data.root}): {len(data.queries)} queries, {len(data.corpus)} documents, {chunks} chunks; "
+            f"embedder {services.embedder.model_id} (max_length {services.embedder.max_length}), "
+            f"CHUNK_TOKENS {s.chunk_tokens}, hybrid = FUSION {s.fusion} (FUSION_ALPHA {s.fusion_alpha}, "
+            f"RRF_K {s.rrf_k}), rrf = plain RRF k=60, RETRIEVAL_CANDIDATES {s.candidates}, depth {args.depth}"
+        )
+        # Query vectors first (the embedder caches them): ms/query then measures the search itself in every
+        # mode, rather than charging the first mode for embedding every query.
+        for query in data.queries.values():
+            services.embedder.embed_query(query)
+        mine = []
+        for mode in modes:
+            mine.append(run_mode(services, data, mode, args.depth))
+            print(f"  {name} {mode} done", file=sys.stderr, flush=True)
+        results.extend(mine)
+        collections.extend([name] * len(mine))
+        report.append(
+            {
+                "dataset": str(data.root),
+                "queries": len(data.queries),
+                "documents": len(data.corpus),
+                "chunks": chunks,
+                "settings": {
+                    "chunk_tokens": s.chunk_tokens,
+                    "fusion": s.fusion,
+                    "fusion_alpha": s.fusion_alpha,
+                    "rrf_k": s.rrf_k,
+                    "candidates": s.candidates,
+                },
+                "results": [r.__dict__ for r in mine],
+            }
+        )
+    print(format_table(results, collections))
     for note in skipped:
         print(f"skipped: {note}")
     print("not measured: HyDE (needs a generating LLM); query rewrite (BEIR queries are standalone)")
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "dataset": str(data.root),
-                    "split": args.split,
-                    "queries": len(data.queries),
-                    "documents": len(data.corpus),
-                    "chunks": chunks,
-                    "settings": {
-                        "chunk_tokens": s.chunk_tokens,
-                        "rrf_k": s.rrf_k,
-                        "candidates": s.candidates,
-                    },
-                    "results": [r.__dict__ for r in results],
-                },
-                indent=2,
-            )
-        )
+        args.json.write_text(json.dumps({"split": args.split, "collections": report}, indent=2))
     return 0
 
 

@@ -42,6 +42,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MARKER_KEY = b"rag_worker.marker"
 MODES = ("hybrid", "vector", "fts")
+# How hybrid mode fuses its two legs (docs/benchmarks.md, "Fusion"):
+# - "rrf": reciprocal rank fusion, score = sum over legs of 1 / (rrf_k + rank);
+# - "tmm": a convex combination of scores normalised by theoretical min-max (Bruch, Gai, Ingber 2023, "An Analysis
+#   of Fusion Functions for Hybrid Retrieval"): alpha * (cos - (-1)) / (max cos - (-1)) + (1 - alpha) * bm25 / max
+#   bm25, each max taken over that leg's candidates;
+# - "zscore": the same convex combination of z-scores, mean and deviation taken over each leg's candidates.
+FUSIONS = ("rrf", "tmm", "zscore")
+# Theoretical lower bounds of the two legs' scores: cosine similarity and BM25.
+COSINE_MIN = -1.0
+BM25_MIN = 0.0
 # In hybrid mode each leg fetches at least this many candidates: a chunk ranked 40th by one leg and 3rd by the
 # other should still be fused, which a leg cut at `limit` would miss. 100 over 50: +0.004 nDCG@10 on SciFact
 # train, no gain from 200 (docs/benchmarks.md).
@@ -80,8 +90,10 @@ class Hit:
     text: str
     metadata: dict
     index: str
-    score: float = 0.0  # fused RRF score; in a single-leg mode that leg's 1/(rrf_k + rank)
-    vector_score: float | None = None  # cosine similarity of query and chunk vectors
+    score: float = 0.0  # the fused score (FUSIONS); only its order means anything
+    # Cosine similarity of query and chunk vectors; in hybrid mode set for the FTS leg's hits too (from the
+    # stored vector), vector_rank staying None for a chunk the vector leg did not return.
+    vector_score: float | None = None
     fts_score: float | None = None  # BM25 score of the chunk for the query
     vector_rank: int | None = None  # 1-based
     fts_rank: int | None = None  # 1-based
@@ -324,9 +336,13 @@ class Store:
         limit: int = 30,
         vector: np.ndarray | None = None,
         rrf_k: int = 10,
+        fusion: str = "rrf",
+        fusion_alpha: float = 0.5,
     ) -> list[Hit]:
         if mode not in MODES:
             raise BadRequest(f"mode must be one of {', '.join(MODES)}", code="bad_mode", field="mode")
+        if fusion not in FUSIONS:
+            raise BadRequest(f"fusion must be one of {', '.join(FUSIONS)}", code="bad_fusion", field="fusion")
         names = [indexes] if isinstance(indexes, str) else list(dict.fromkeys(indexes or []))
         if not names:
             raise BadRequest("at least one index is required", code="bad_name", field="index")
@@ -354,7 +370,7 @@ class Store:
         where = _in_clause("dataset", filters) if filters else None
         leg_limit = max(limit, HYBRID_LEG_MIN) if mode == "hybrid" else limit
         vec_rows, fts_rows = offload(self._run_legs, tables, qvec, fts_text, where, leg_limit)
-        return _fuse(vec_rows, fts_rows, limit=limit, rrf_k=rrf_k)
+        return fuse(vec_rows, fts_rows, qvec, limit=limit, fusion=fusion, rrf_k=rrf_k, alpha=fusion_alpha)
 
     def neighbours(
         self, index: str, document_id: str, dataset: str, filename: str, chunk_indexes: list[int]
@@ -571,17 +587,28 @@ class Store:
         self._build_ann(table)
 
     @staticmethod
-    def _build_ann(table: LanceTable, index_type: str = ANN_INDEX_TYPE) -> None:
-        # Cosine, as the vector leg searches; partitions, graph and quantizer settings are LanceDB's defaults,
-        # which the latency benchmark measured (IVF_HNSW_SQ kept recall where IVF_PQ lost half of it).
-        table.create_index(metric="cosine", vector_column_name="vector", index_type=index_type, replace=True)
+    def _build_ann(
+        table: LanceTable, index_type: str = ANN_INDEX_TYPE, num_partitions: int | None = None
+    ) -> None:
+        # Cosine, as the vector leg searches; graph and quantizer settings are LanceDB's defaults, partitions too
+        # unless given (the latency benchmark's sweep measured them: docs/benchmarks.md).
+        table.create_index(
+            metric="cosine",
+            vector_column_name="vector",
+            index_type=index_type,
+            num_partitions=num_partitions or None,
+            replace=True,
+        )
 
     def has_ann(self, index: str) -> bool:
         return offload(self._has_ann, self._require(index))
 
-    def build_ann(self, index: str, index_type: str = ANN_INDEX_TYPE) -> None:
-        """Build (or rebuild) the ANN vector index now, whatever the table's size."""
-        offload(self._build_ann, self._require(index), index_type)
+    def build_ann(
+        self, index: str, index_type: str = ANN_INDEX_TYPE, num_partitions: int | None = None
+    ) -> None:
+        """Build (or rebuild) the ANN vector index now, whatever the table's size (partitions: LanceDB's
+        default when None)."""
+        offload(self._build_ann, self._require(index), index_type, num_partitions)
 
     # -- internals: reads -----------------------------------------------------------------------------------
 
@@ -616,7 +643,10 @@ class Store:
                 q = table.search(MatchQuery(fts_text, "text"), query_type="fts")
                 if where:
                     q = q.where(where, prefilter=True)
-                rows = q.select([*_HIT_COLUMNS, "_score"]).limit(leg_limit).to_list()
+                # In hybrid mode the stored vectors come along: a chunk only this leg found still gets its exact
+                # cosine similarity, which the score fusions need (and the relevance check would else re-embed).
+                columns = [*_HIT_COLUMNS, "_score", *(["vector"] if qvec is not None else [])]
+                rows = q.select(columns).limit(leg_limit).to_list()
                 fts_rows.extend((name, r) for r in rows)
         # Across several tables each leg is merged by its own score before ranks are assigned.
         vec_rows.sort(key=lambda nr: nr[1]["_distance"])
@@ -673,24 +703,69 @@ def _hit(index: str, row: dict) -> Hit:
     )
 
 
-def _fuse(
-    vec_rows: list[tuple[str, dict]], fts_rows: list[tuple[str, dict]], *, limit: int, rrf_k: int
+def _safe(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def fuse(
+    vec_rows: list[tuple[str, dict]],
+    fts_rows: list[tuple[str, dict]],
+    qvec: np.ndarray | None = None,
+    *,
+    limit: int,
+    fusion: str = "rrf",
+    rrf_k: int = 60,
+    alpha: float = 0.5,
 ) -> list[Hit]:
-    """Reciprocal rank fusion: score = sum over legs of 1 / (rrf_k + rank)."""
+    """Fuse the two legs' rows (each best first) into at most `limit` hits, best first (see FUSIONS).
+
+    `alpha` weighs the vector leg in the convex fusions (1 - alpha the FTS leg). A chunk missing from a leg
+    scores that leg's theoretical minimum (BM25 0, cosine -1), except that an FTS row carrying its stored vector
+    gets its exact cosine similarity with `qvec`. Ties go to the higher cosine similarity, then index and id."""
+    if fusion not in FUSIONS:
+        raise ValueError(f"unknown fusion {fusion!r}")
     hits: dict[tuple[str, str], Hit] = {}
     for rank, (name, row) in enumerate(vec_rows, start=1):
         hit = hits.setdefault((name, row["id"]), _hit(name, row))
         hit.vector_rank = rank
-        hit.vector_score = 1.0 - float(row["_distance"])
-        hit.score += 1.0 / (rrf_k + rank)
+        hit.vector_score = _safe(1.0 - float(row["_distance"]))
     for rank, (name, row) in enumerate(fts_rows, start=1):
         hit = hits.setdefault((name, row["id"]), _hit(name, row))
         hit.fts_rank = rank
-        score = float(row["_score"])
-        hit.fts_score = score if math.isfinite(score) else None
-        hit.score += 1.0 / (rrf_k + rank)
+        hit.fts_score = _safe(row["_score"])
+        if hit.vector_score is None and qvec is not None and row.get("vector") is not None:
+            vec = np.asarray(row["vector"], dtype=np.float32)
+            norms = float(np.linalg.norm(vec) * np.linalg.norm(qvec))
+            hit.vector_score = _safe(float(vec @ qvec) / norms) if norms > 0 else None
+
+    if fusion == "rrf":
+        for hit in hits.values():
+            hit.score = sum(1.0 / (rrf_k + r) for r in (hit.vector_rank, hit.fts_rank) if r is not None)
+    else:
+        # Normalisation statistics come from each leg's own candidates, as the leg ranked them.
+        vec_scores = [h.vector_score for h in hits.values() if h.vector_rank is not None]
+        fts_scores = [h.fts_score for h in hits.values() if h.fts_rank is not None]
+        norm_vec = _normaliser(fusion, [s for s in vec_scores if s is not None], COSINE_MIN)
+        norm_fts = _normaliser(fusion, [s for s in fts_scores if s is not None], BM25_MIN)
+        for hit in hits.values():
+            cos = hit.vector_score if hit.vector_score is not None else COSINE_MIN
+            bm25 = hit.fts_score if hit.fts_score is not None else BM25_MIN
+            hit.score = alpha * norm_vec(cos) + (1.0 - alpha) * norm_fts(bm25)
     ordered = sorted(
         hits.values(),
         key=lambda h: (-h.score, -(h.vector_score if h.vector_score is not None else -2.0), h.index, h.id),
     )
     return ordered[:limit]
+
+
+def _normaliser(fusion: str, scores: list[float], floor: float):
+    """score -> normalised score for one leg: theoretical min-max ("tmm") or z-score ("zscore")."""
+    if not scores:
+        return lambda s: 0.0
+    if fusion == "tmm":
+        span = max(scores) - floor
+        return (lambda s: (s - floor) / span) if span > 0 else (lambda s: 0.0)
+    mean = float(np.mean(scores))
+    std = float(np.std(scores))
+    return (lambda s: (s - mean) / std) if std > 0 else (lambda s: s - mean)

@@ -34,6 +34,8 @@ def search(turn: Turn, query: str, vector: np.ndarray | None = None):
         limit=max(turn.settings.candidates, turn.options.top_k),
         vector=vector if vector is not None else turn.embed_query(query),
         rrf_k=turn.settings.rrf_k,
+        fusion=turn.settings.fusion,
+        fusion_alpha=turn.settings.fusion_alpha,
     )
 
 
