@@ -63,9 +63,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
             registrations=registrations,
             turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
         )
+        # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
+        sweeper = asyncio.create_task(turns.sweep_forever(app.state.ctx), name="turn-sweeper")
         try:
             yield
         finally:
+            sweeper.cancel()
             running = list(app.state.ctx.running)
             if running:
                 # Let turns in flight finish and be stored; past the grace they are stored as interrupted.
