@@ -405,10 +405,8 @@ async def read_worker(c: Context, handle: TurnHandle) -> str | None:
                 if f.event == "error":
                     return f.raw
                 handle.emit(f.raw)
-                if (
-                    f.event == "token"
-                    and len(rec.tokens) - handle.saved_tokens >= c.settings.turn_save_tokens
-                ):
+                unsaved = len(rec.tokens) - handle.saved_tokens
+                if f.event == "documents" or unsaved >= c.settings.turn_save_tokens:
                     handle.wake.set()
                 if f.event == "done":
                     return None
