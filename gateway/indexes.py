@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import upload_progress
 from .context import Context, ctx, current_user, in_thread, path_id, read_json
 from .db import ChatIndex, Index, IndexDocument, iso, utcnow
 from .errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge
@@ -277,9 +278,8 @@ async def upload_document(request: Request) -> JSONResponse:
         raise PayloadTooLarge(f"the file is larger than {c.settings.max_upload_bytes} bytes", field="file")
     if not content:
         raise BadRequest("the file is empty", code="empty_file", field="file")
-    result = await c.worker.add_document(index.worker_name, dataset, filename, content, upload.content_type)
 
-    def record() -> dict:
+    def record(result: dict) -> dict:
         with c.db.session() as s:
             current = owned_index(s, user.id, index_id)
             doc = s.exec(
@@ -302,7 +302,10 @@ async def upload_document(request: Request) -> JSONResponse:
             data["replaced"] = bool(result.get("replaced"))
             return data
 
-    return JSONResponse(await in_thread(record), status_code=201)
+    if upload_progress.wants_events(request):  # the web: the worker's stages as they happen, then the row
+        return await upload_progress.relay(c, index.worker_name, dataset, filename, content, upload, record)
+    result = await c.worker.add_document(index.worker_name, dataset, filename, content, upload.content_type)
+    return JSONResponse(await in_thread(record, result), status_code=201)
 
 
 def _load_document(c: Context, user_id: int, index_id: int, document_id: int) -> tuple[Index, IndexDocument]:

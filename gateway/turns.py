@@ -323,6 +323,8 @@ def save_failed(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
                 assistant.documents = rec.documents or []
                 assistant.steps = rec.steps
                 assistant.status, assistant.error = rec.status, error
+                if rec.stopped:
+                    assistant.details = {"stopped": True}
                 s.add(assistant)
                 kept = assistant.id
             else:  # nothing was answered: the user message carries the error alone

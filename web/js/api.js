@@ -113,6 +113,15 @@ export const api = {
       signal,
     }),
 
+  /** Stops the chat's running turn (on any gateway replica); resolves once the stopped turn is stored. */
+  stopTurn: (id) => call("POST", `/api/chats/${encodeURIComponent(id)}/stop`),
+  /** Rejoins the chat's running turn: SSE with a `snapshot` first, or a 204 response when none runs. */
+  rejoinTurn: (id, signal) =>
+    send("GET", `/api/chats/${encodeURIComponent(id)}/stream`, {
+      headers: { Accept: "text/event-stream" },
+      signal,
+    }),
+
   listIndexes: async () => list(await call("GET", "/api/indexes"), "indexes"),
   createIndex: (name, description) => call("POST", "/api/indexes", { name, description }),
   getIndex: (id) => call("GET", `/api/indexes/${encodeURIComponent(id)}`),

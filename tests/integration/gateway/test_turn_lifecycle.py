@@ -450,3 +450,48 @@ def test_the_worker_takes_docs_on_a_direct_turn_without_an_index(cluster, a, car
     )
     assert r.status_code == 200, r.text
     assert r.json()["route"] == "direct" and r.json()["reply"]
+
+
+# ---- 6. Indexing progress --------------------------------------------------------------------------------------
+
+
+def upload_events(api, user, index_id: int, filename: str, content: bytes):
+    with api.stream(
+        "POST",
+        f"/api/indexes/{index_id}/documents",
+        headers={**user, "Accept": "text/event-stream"},
+        data={"dataset": "birds"},
+        files={"file": (filename, content, "text/markdown")},
+    ) as resp:
+        if resp.status_code != 200:
+            resp.read()
+            return resp.status_code, resp.json()
+        return 200, [(e, d) for e, d in events(resp.iter_lines()) if e != ":"]
+
+
+def test_an_upload_streams_its_indexing_stages_then_the_stored_document(a, carol):
+    index = a.post("/api/indexes", json={"name": "Progress"}, headers=carol).json()
+    status, seen = upload_events(a, carol, index["id"], "duck.md", DUCK.read_bytes())
+    assert status == 200
+    stages = [d["stage"] for e, d in seen if e == "progress"]
+    assert stages == ["converting", "chunking", "embedding", "writing"]
+    assert all(d["file"] == "duck.md" for e, d in seen if e == "progress")
+    kind, document = seen[-1]
+    assert kind == "done" and document["filename"] == "duck.md" and document["chunks"] > 0
+    listed = a.get(f"/api/indexes/{index['id']}", headers=carol).json()
+    assert [d["filename"] for d in listed["document_list"]] == ["duck.md"]
+    assert listed["document_list"][0]["chunks"] == document["chunks"]
+
+    # A file with no text fails in a stage: the stream says why, and nothing is listed.
+    status, seen = upload_events(a, carol, index["id"], "blank.md", b"   \n\n  ")
+    assert status == 200, seen
+    kind, error = seen[-1]
+    assert kind == "error" and "no text" in error["error"]
+    listed = a.get(f"/api/indexes/{index['id']}", headers=carol).json()
+    assert [d["filename"] for d in listed["document_list"]] == ["duck.md"]
+
+    # Refusals before any work stay plain JSON 4xx.
+    status, body = upload_events(a, carol, index["id"], "virus.exe", b"MZ")
+    assert status == 415 and "unsupported" in body["error"]
+    status, body = upload_events(a, carol, index["id"], "empty.md", b"")
+    assert status == 400 and body["code"] == "empty_file"
