@@ -6,6 +6,14 @@ import { confirmDialog } from "../dialogs.js";
 import { announce, formatBytes, h, icon, mount, relativeTime } from "../dom.js";
 import { navigate } from "../router.js";
 
+// The worker's indexing stages for one file, in order (WORKER_API.md `progress`), as shown to the user.
+const UPLOAD_STAGES = ["converting", "chunking", "embedding", "writing"];
+const STAGE_LABELS = {
+  converting: "Converting…",
+  chunking: "Splitting into passages…",
+  embedding: "Embedding…",
+  writing: "Writing to the index…",
+};
 const PARALLEL_UPLOADS = 2; // indexing is CPU-heavy on the worker; two at a time keeps the queue moving
 
 export class DocumentsView {
@@ -296,10 +304,21 @@ export class DocumentsView {
   async upload(item) {
     item.status.textContent = "Uploading…";
     try {
-      const answer = await uploadDocument(item.indexId, item.file, item.dataset, (fraction) => {
-        item.bar.value = Math.round(fraction * 100);
-        item.status.textContent = fraction < 1 ? `Uploading ${Math.round(fraction * 100)}%` : "Indexing…";
-      });
+      // The bar: the bytes sent fill the first half, the indexing stages the second.
+      const answer = await uploadDocument(
+        item.indexId,
+        item.file,
+        item.dataset,
+        (fraction) => {
+          item.bar.value = Math.round(fraction * 50);
+          item.status.textContent = fraction < 1 ? `Uploading ${Math.round(fraction * 100)}%` : "Indexing…";
+        },
+        (progress) => {
+          const at = UPLOAD_STAGES.indexOf(progress.stage);
+          if (at >= 0) item.bar.value = 50 + Math.round(((at + 1) / (UPLOAD_STAGES.length + 1)) * 50);
+          item.status.textContent = STAGE_LABELS[progress.stage] || `${progress.stage}…`;
+        },
+      );
       item.bar.value = 100;
       const chunks = answer?.chunks ?? answer?.document?.chunks;
       item.status.textContent = typeof chunks === "number" ? `Indexed · ${chunks} chunks` : "Indexed";
