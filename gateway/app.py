@@ -12,7 +12,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from . import accounts, chats, indexes, meta, turns
+from . import accounts, builds, chats, indexes, meta, turns
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -83,6 +83,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *accounts.routes,
         *chats.routes,
         *turns.routes,
+        *builds.routes,  # before indexes: the build routes live there
         *indexes.routes,
         *meta.routes,
         # Last, so /api and /health win; the whole web/ folder (with node_modules) is served.

@@ -495,3 +495,31 @@ def test_an_upload_streams_its_indexing_stages_then_the_stored_document(a, carol
     assert status == 415 and "unsupported" in body["error"]
     status, body = upload_events(a, carol, index["id"], "empty.md", b"")
     assert status == 400 and body["code"] == "empty_file"
+
+
+def test_a_rebuild_outlives_the_page_that_started_it_and_can_be_rejoined(a, carol, dave):
+    index = make_index(
+        a, carol, "Rebuilt", {"duck.md": DUCK.read_bytes(), "geese.md": b"# Geese\n\nGeese eat grass.\n"}
+    )
+    assert a.get(f"/api/indexes/{index['id']}/build", headers=carol).status_code == 204
+    assert a.get(f"/api/indexes/{index['id']}/build", headers=dave).status_code == 404
+    assert a.get("/api/indexes/999999/build", headers=carol).status_code == 404
+
+    with a.stream("POST", f"/api/indexes/{index['id']}/build", json={"rebuild": True}, headers=carol) as resp:
+        assert resp.status_code == 200
+        for event, data in events(resp.iter_lines()):
+            if event == "progress":
+                assert data["total"] == 2
+                break  # the page is left as soon as the build shows progress
+
+    status, seen = read_stream(a, f"/api/indexes/{index['id']}/build", carol)
+    if status == 200:  # still running when rejoined: the snapshot, then to the end
+        kind, snap = seen[0]
+        assert kind == "snapshot" and snap["total"] == 2 and snap["files"]
+        assert seen[-1][0] == "done", seen
+    else:
+        assert status == 204  # it had finished already
+    after = a.get(f"/api/indexes/{index['id']}", headers=carol).json()
+    assert after["status"] == "ready"
+    assert sorted(d["filename"] for d in after["document_list"]) == ["duck.md", "geese.md"]
+    assert all(d["chunks"] > 0 for d in after["document_list"])
