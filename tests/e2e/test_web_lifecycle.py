@@ -91,6 +91,27 @@ def test_an_upload_shows_its_indexing_stages_and_chunk_count(page: Page):
     assert stages == ["Converting…", "Splitting into passages…", "Embedding…", "Writing to the index…"], shown
 
 
+def test_a_rebuild_shows_per_file_progress_and_keeps_the_documents(page: Page):
+    page.evaluate(
+        """() => {
+          window.__builds = [];
+          new MutationObserver((records) => {
+            for (const r of records) {
+              if (!(r.target.closest && r.target.closest('.build-status'))) continue;
+              for (const n of r.addedNodes) window.__builds.push(n.textContent);
+            }
+          }).observe(document.body, {subtree: true, childList: true});
+        }"""
+    )
+    page.get_by_role("button", name="Rebuild").click()
+    status = page.locator(".build-status")
+    expect(status).to_contain_text(re.compile(r"Rebuilt · \d+ chunks"), timeout=120_000)
+    shown = page.evaluate("window.__builds")
+    assert any(re.match(r"Rebuilding · \d+ / 1 files · ducks/duck\.md: \w+", s) for s in shown), shown
+    expect(page.locator(".doc-table tbody tr[data-filename='duck.md']")).to_be_visible()
+    expect(page.get_by_role("button", name="Rebuild")).to_be_enabled()
+
+
 def test_stop_stops_the_answer_and_the_chat_takes_the_next_message(page: Page, ollama, long_answers):
     ollama.token_delay_s = 0.2
     page.get_by_role("link", name="New chat", exact=True).click()

@@ -124,6 +124,20 @@ export const api = {
       signal,
     }),
 
+  /** Starts a (re)build of the index: SSE `progress` per file and stage, then `done` or `error`. */
+  startBuild: (id, rebuild, signal) =>
+    send("POST", `/api/indexes/${encodeURIComponent(id)}/build`, {
+      json: { rebuild },
+      headers: { Accept: "text/event-stream" },
+      signal,
+    }),
+  /** Rejoins a running build: a `snapshot` first, then as startBuild; a 204 response when none runs. */
+  rejoinBuild: (id, signal) =>
+    send("GET", `/api/indexes/${encodeURIComponent(id)}/build`, {
+      headers: { Accept: "text/event-stream" },
+      signal,
+    }),
+
   listIndexes: async () => list(await call("GET", "/api/indexes"), "indexes"),
   createIndex: (name, description) => call("POST", "/api/indexes", { name, description }),
   getIndex: (id) => call("GET", `/api/indexes/${encodeURIComponent(id)}`),
