@@ -158,6 +158,9 @@ def spec() -> dict:
         "/add_document": {
             "post": {
                 "summary": "Upload and index one file (multipart: file, dataset, index)",
+                "description": "With `Accept: text/event-stream` the answer is SSE: `progress` "
+                "`{file, dataset, stage, done, total}` as each stage starts (converting, chunking, embedding, "
+                "writing), then `done` (the JSON answer's object) or `error`.",
                 "responses": {
                     "200": {
                         "description": "the indexed file",
