@@ -139,15 +139,16 @@ export class ChatView {
     mount(this.messages, h("div", { class: "welcome" }, h("h2", { text: "This chat does not exist" }), h("p", {}, h("a", { href: "#/chats", text: "Start a new chat" }))));
   }
 
-  renderChat() {
+  renderChat({ rejoin = true } = {}) {
     this.setTitle(this.chat.title);
     this.messages.replaceChildren();
     // A turn still running (this page was reloaded, or it runs in another tab) is rejoined, not drawn stored.
-    const messages = (this.chat.messages || []).filter((m) => !(this.chat.busy && m.status === "running"));
+    const live = rejoin && this.chat.busy;
+    const messages = (this.chat.messages || []).filter((m) => !(live && m.status === "running"));
     messages.forEach((message, i) => this.renderStored(message, messages[i - 1], messages[i + 1]));
     this.updateScope();
     requestAnimationFrame(() => this.scrollToEnd(true));
-    if (this.chat.busy) this.rejoin();
+    if (live) this.rejoin();
   }
 
   renderStored(message, previous, next) {
@@ -300,7 +301,7 @@ export class ChatView {
       // 204: it ended between the two requests; show it as stored.
       try {
         this.chat = await api.getChat(this.id);
-        if (!this.chat.busy) this.renderChat();
+        this.renderChat({ rejoin: false });
       } catch {
         /* the stored chat stays on screen */
       }
@@ -374,6 +375,9 @@ export class ChatView {
       case "error":
         turn.fail(data);
         return true;
+      case "snapshot":
+        // Drawn by rejoin(); a turn rejoined after its answer was complete (naming the chat) has ended.
+        return Boolean(data.done);
       case "interrupted":
         // Stopped (here, in another tab, or through the API) or left by a gateway that stopped.
         turn.interrupt(data.code === "stopped", { reason: data.error });
