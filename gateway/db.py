@@ -179,6 +179,8 @@ def _account_security(conn: Connection) -> None:
 
 def _turn_lifecycle(conn: Connection) -> None:
     """The running turn's columns on chats (a database made before version 3 has none of them)."""
+    if not inspect(conn).has_table("chats"):
+        return  # nothing to add to (a hand-made database); the models create the table with these columns
     present = {c["name"] for c in inspect(conn).get_columns("chats")}
     for name in ("turn_message_id", "turn_owner", "turn_heartbeat_at", "turn_stop_at"):
         if name not in present:

@@ -19,9 +19,9 @@ def test_a_database_from_before_the_lifecycle_gains_its_columns(tmp_path):
     with db.engine.begin() as conn:
         for name in NEW_COLUMNS:
             conn.execute(text(f"ALTER TABLE chats DROP COLUMN {name}"))
-        conn.execute(text("DELETE FROM schema_migrations WHERE version = 2"))
+        conn.execute(text("DELETE FROM schema_migrations WHERE version = 3"))
     assert not NEW_COLUMNS & {c["name"] for c in inspect(db.engine).get_columns("chats")}
-    assert db.migrate() == 2
+    assert db.migrate() == 3
     assert NEW_COLUMNS <= {c["name"] for c in inspect(db.engine).get_columns("chats")}
     db.dispose()
 

@@ -304,8 +304,9 @@ def test_rejoin_and_stop_with_nothing_running_or_someone_elses_chat(a, b, carol,
         assert r.status_code == 404 and r.json()["code"] == "chat_not_found"
         assert client.post("/api/chats/999999/stop", headers=carol).status_code == 404
         assert client.get("/api/chats/999999/stream", headers=carol).status_code == 404
-    assert a.post(f"/api/chats/{chat_id}/stop").status_code == 401
-    assert a.get(f"/api/chats/{chat_id}/stream").status_code == 401
+    with httpx.Client(base_url=str(a.base_url), timeout=30) as stranger:  # no token, no cookie
+        assert stranger.post(f"/api/chats/{chat_id}/stop").status_code == 401
+        assert stranger.get(f"/api/chats/{chat_id}/stream").status_code == 401
     # Hostile bodies: not an object, not JSON, too large.
     r = a.post(f"/api/chats/{chat_id}/stop", content=b"[1, 2]", headers=carol)
     assert r.status_code == 400 and r.json()["code"] == "invalid_json"
