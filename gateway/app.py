@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
-from . import accounts, chats, indexes, meta, turns
+from . import accounts, builds, chats, indexes, meta, turns
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -63,9 +63,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
             registrations=registrations,
             turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
         )
+        # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
+        sweeper = asyncio.create_task(turns.sweep_forever(app.state.ctx), name="turn-sweeper")
         try:
             yield
         finally:
+            sweeper.cancel()
             running = list(app.state.ctx.running)
             if running:
                 # Let turns in flight finish and be stored; past the grace they are stored as interrupted.
@@ -80,6 +83,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *accounts.routes,
         *chats.routes,
         *turns.routes,
+        *builds.routes,  # before indexes: the build routes live there
         *indexes.routes,
         *meta.routes,
         # Last, so /api and /health win; the whole web/ folder (with node_modules) is served.

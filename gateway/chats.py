@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from . import lifecycle
 from .context import ctx, current_user, in_thread, path_id, read_json
 from .db import Chat, ChatIndex, Index, Message, iso, utcnow
 from .errors import NotFound
@@ -134,7 +135,13 @@ async def get_chat(request: Request) -> JSONResponse:
 
     def load() -> dict:
         with c.db.session() as s:
-            return chat_full(s, owned_chat(s, user.id, chat_id))
+            chat = owned_chat(s, user.id, chat_id)
+            if lifecycle.is_stale(chat, c.settings.turn_lock_stale_s):
+                # Its turn was left by a gateway that died: show it interrupted, and the chat free.
+                s.rollback()
+                lifecycle.recover_chat(s, chat_id, c.settings.turn_lock_stale_s)
+                chat = owned_chat(s, user.id, chat_id)
+            return chat_full(s, chat)
 
     return JSONResponse(await in_thread(load))
 

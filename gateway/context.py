@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -38,6 +39,11 @@ class Context:
     turn_slots: TurnSlots = field(default_factory=lambda: TurnSlots(per_user=4))
     # Turns still being read from the worker, kept referenced so a browser disconnect cannot drop them.
     running: set[asyncio.Task] = field(default_factory=set)
+    # This process's name as a turn owner (gateway/lifecycle.py), and its running turns by chat id.
+    replica: str = field(default_factory=lambda: uuid.uuid4().hex)
+    turns: dict[int, Any] = field(default_factory=dict)
+    # Index builds this process runs (gateway/builds.py), by index id.
+    builds: dict[int, Any] = field(default_factory=dict)
 
 
 def ctx(request: Request) -> Context:

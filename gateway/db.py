@@ -75,6 +75,12 @@ class Chat(SQLModel, table=True):
     datasets: list = json_column()
     # Set while a turn runs: a second message to the same chat is a 409 (works across gateway replicas).
     turn_started_at: datetime | None = None
+    # The running turn (gateway/lifecycle.py): its assistant message, the replica that reads it from the
+    # worker, that replica's last heartbeat (a stale one means it crashed) and a stop asked for from any replica.
+    turn_message_id: int | None = None
+    turn_owner: str | None = Field(default=None, max_length=64)
+    turn_heartbeat_at: datetime | None = None
+    turn_stop_at: datetime | None = None
 
 
 class Message(SQLModel, table=True):
@@ -90,7 +96,7 @@ class Message(SQLModel, table=True):
     timings: dict = json_dict_column()
     route: str | None = Field(default=None, max_length=16)
     gate: dict = json_dict_column()  # the layer-1 decision: {"route", "reason"}
-    status: str = Field(default="complete", max_length=16)  # complete | interrupted | failed
+    status: str = Field(default="complete", max_length=16)  # running | complete | interrupted | failed
     error: str | None = None
     details: dict = json_dict_column()  # model, abstained, fetched_new_documents
     created_at: datetime = Field(default_factory=utcnow)
@@ -171,10 +177,23 @@ def _account_security(conn: Connection) -> None:
     conn.execute(text("CREATE UNIQUE INDEX IF NOT EXISTS uq_users_first_admin ON users (first_admin)"))
 
 
+def _turn_lifecycle(conn: Connection) -> None:
+    """The running turn's columns on chats (a database made before version 3 has none of them)."""
+    if not inspect(conn).has_table("chats"):
+        return  # nothing to add to (a hand-made database); the models create the table with these columns
+    present = {c["name"] for c in inspect(conn).get_columns("chats")}
+    for name in ("turn_message_id", "turn_owner", "turn_heartbeat_at", "turn_stop_at"):
+        if name not in present:
+            column = Chat.__table__.c[name]
+            kind = column.type.compile(dialect=conn.dialect)
+            conn.execute(text(f"ALTER TABLE chats ADD COLUMN {name} {kind}"))
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
     (2, "account security: token versions, disabled accounts, one first admin", _account_security),
+    (3, "turn lifecycle: running turn, owner, heartbeat, stop", _turn_lifecycle),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -9,13 +9,11 @@ worker table, the folder and the rows.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import secrets
 import shutil
 import unicodedata
-from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import httpx
@@ -27,11 +25,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import upload_progress
 from .context import Context, ctx, current_user, in_thread, path_id, read_json
 from .db import ChatIndex, Index, IndexDocument, iso, utcnow
 from .errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge
-from .schemas import NAME_RE, BuildRequest, IndexCreate, IndexUpdate
-from .sse import SSE_HEADERS, frame
+from .schemas import NAME_RE, IndexCreate, IndexUpdate
 
 log = logging.getLogger("gateway.indexes")
 
@@ -277,9 +275,8 @@ async def upload_document(request: Request) -> JSONResponse:
         raise PayloadTooLarge(f"the file is larger than {c.settings.max_upload_bytes} bytes", field="file")
     if not content:
         raise BadRequest("the file is empty", code="empty_file", field="file")
-    result = await c.worker.add_document(index.worker_name, dataset, filename, content, upload.content_type)
 
-    def record() -> dict:
+    def record(result: dict) -> dict:
         with c.db.session() as s:
             current = owned_index(s, user.id, index_id)
             doc = s.exec(
@@ -302,7 +299,10 @@ async def upload_document(request: Request) -> JSONResponse:
             data["replaced"] = bool(result.get("replaced"))
             return data
 
-    return JSONResponse(await in_thread(record), status_code=201)
+    if upload_progress.wants_events(request):  # the web: the worker's stages as they happen, then the row
+        return await upload_progress.relay(c, index.worker_name, dataset, filename, content, upload, record)
+    result = await c.worker.add_document(index.worker_name, dataset, filename, content, upload.content_type)
+    return JSONResponse(await in_thread(record, result), status_code=201)
 
 
 def _load_document(c: Context, user_id: int, index_id: int, document_id: int) -> tuple[Index, IndexDocument]:
@@ -425,50 +425,6 @@ async def sync_documents(c: Context, index_id: int, failed: bool = False) -> Non
     await in_thread(store)
 
 
-async def build_index(request: Request) -> Response:
-    """Relay the worker's /index progress. The worker holds the per-index lock (409 while busy)."""
-    user, c, index_id = await current_user(request), ctx(request), path_id(request)
-    body = await read_json(request, BuildRequest)
-
-    def start() -> Index:
-        with c.db.session() as s:
-            index = owned_index(s, user.id, index_id)
-            index.status = "building"
-            s.add(index)
-            s.commit()
-            return index
-
-    index = await in_thread(start)
-    events = c.worker.events("/index", {"index": index.worker_name, "rebuild": body.rebuild})
-    try:
-        frames = await events.__aenter__()
-    except BaseException:
-        await sync_documents(c, index.id)
-        raise
-
-    async def relay() -> AsyncIterator[str]:
-        succeeded = False
-        try:
-            async for f in frames:
-                succeeded = succeeded or f.event == "done"
-                yield f.raw
-        except (ApiError, httpx.HTTPError) as exc:
-            message = (
-                exc.message
-                if isinstance(exc, ApiError)
-                else f"the worker stream broke ({type(exc).__name__})"
-            )
-            yield frame("error", {"error": message, "code": "worker_unavailable"})
-        finally:
-            await events.__aexit__(None, None, None)
-            # Also when the browser left mid-build: the rows and the status must match the worker's table.
-            task = asyncio.create_task(sync_documents(c, index.id, failed=not succeeded))
-            c.running.add(task)
-            task.add_done_callback(c.running.discard)
-
-    return StreamingResponse(relay(), media_type="text/event-stream", headers=SSE_HEADERS)
-
-
 UPLOAD_PATH = r"/api/indexes/[0-9]+/documents"
 
 routes = [
@@ -479,7 +435,6 @@ routes = [
     Route("/api/indexes/{id:int}", update_index, methods=["PATCH"]),
     Route("/api/indexes/{id:int}", delete_index, methods=["DELETE"]),
     Route("/api/indexes/{id:int}/datasets", list_datasets, methods=["GET"]),
-    Route("/api/indexes/{id:int}/build", build_index, methods=["POST"]),
     Route("/api/indexes/{id:int}/documents/{document_id:int}/download", download_document, methods=["GET"]),
     Route("/api/indexes/{id:int}/documents/{document_id:int}", delete_document, methods=["DELETE"]),
 ]

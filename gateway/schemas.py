@@ -142,3 +142,7 @@ class BuildRequest(Body):
 
 class SettingsUpdate(Body):
     options: TurnOptions
+
+
+class StopRequest(Body):
+    """`POST /api/chats/{id}/stop` takes no fields; an empty body or `{}` is fine."""

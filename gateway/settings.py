@@ -72,8 +72,12 @@ class Settings(BaseSettings):
     max_history_messages: int = Field(default=200, alias="MAX_HISTORY_MESSAGES")
     max_history_chars: int = Field(default=200_000, alias="MAX_HISTORY_CHARS")
     max_message_chars: int = Field(default=8000, alias="MAX_MESSAGE_CHARS")
-    # A turn lock older than this is treated as left behind by a crashed process.
-    turn_lock_stale_s: float = Field(default=900.0, alias="TURN_LOCK_STALE_S")
+    # A running turn's owner refreshes its heartbeat every TURN_HEARTBEAT_S (and saves the answer so far then,
+    # or every TURN_SAVE_TOKENS tokens); a heartbeat older than TURN_LOCK_STALE_S means the owner crashed: the
+    # turn is marked interrupted and the chat takes new messages again.
+    turn_lock_stale_s: float = Field(default=15.0, alias="TURN_LOCK_STALE_S", gt=0)
+    turn_heartbeat_s: float = Field(default=1.0, alias="TURN_HEARTBEAT_S", gt=0)
+    turn_save_tokens: int = Field(default=50, alias="TURN_SAVE_TOKENS", gt=0)
     keepalive_s: float = Field(default=15.0, alias="SSE_KEEPALIVE_S")
 
     web_dir: Path = Field(default=REPO_ROOT / "web", alias="WEB_DIR")

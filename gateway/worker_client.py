@@ -143,6 +143,23 @@ class WorkerClient:
             timeout=self.settings.worker_upload_timeout_s,
         )
 
+    @asynccontextmanager
+    async def add_document_events(
+        self, index: str, dataset: str, filename: str, content: bytes, content_type: str | None
+    ) -> AsyncIterator[AsyncIterator[Frame]]:
+        """`add_document` as SSE: `progress` per stage, then `done` (the result) or `error`. A refusal before
+        any work (4xx) is raised as ApiError when entering."""
+        files = {"file": (filename, content, content_type or "application/octet-stream")}
+        async with self.stream(
+            "POST",
+            "/add_document",
+            data={"dataset": dataset, "index": index},
+            files=files,
+            headers={"Accept": "text/event-stream"},
+            timeout=self.settings.worker_upload_timeout_s,
+        ) as resp:
+            yield read_frames(resp.aiter_lines())
+
     async def get_documents(self, index: str) -> list[dict]:
         return await self.request_json("GET", "/get_documents", params={"index": index}) or []
 

@@ -127,6 +127,12 @@ def _routes() -> list[Operation]:
             "Upload and index one file",
             upload,
             Added,
+            # With `Accept: text/event-stream`: progress as each stage starts, then done (the JSON answer).
+            also=_sse(
+                "progress {file, dataset, stage, done, total} as each stage starts (converting, chunking, "
+                "embedding, writing), then done (Added) or error (ErrorBody)",
+                ["progress", "done", "error"],
+            ),
             errors=(400, 404, 409, 413, 415),
         ),
         Operation(

@@ -52,7 +52,8 @@ def resolve_options(services: Services, request: ChatRequest) -> TurnOptions:
 def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None = None) -> Turn:
     """Everything that can fail before the first byte: unknown index (404), embedder mismatch (409)."""
     options = resolve_options(services, request)
-    if options.route != "direct" or request.docs:
+    # A direct turn reads no index: `docs` sent with it are context only, so a deleted index is no 404.
+    if options.route != "direct":
         for index in request.indexes:
             if not services.store.exists(index):
                 raise NotFound(

@@ -90,6 +90,11 @@ def add_document():
     filename = check_filename(storage.filename or "")
     kind_of(filename)  # 415 before a byte is stored
     tmp = save_upload(svc, storage, Path(filename).suffix.lower())
+    if "text/event-stream" in request.headers.get("Accept", ""):
+        keep_at = pipeline.uploads_path(svc, index, dataset, filename)
+        return sse_response(
+            ingest_events(svc, index, dataset, tmp, filename, keep_at), svc.settings.keepalive_s
+        )
     try:
         result = pipeline.ingest_file(
             svc, index, dataset, tmp, filename, keep_at=pipeline.uploads_path(svc, index, dataset, filename)
@@ -97,6 +102,33 @@ def add_document():
     finally:
         tmp.unlink(missing_ok=True)  # still there when refused, failed or unchanged-and-kept
     return jsonify(result.to_dict())
+
+
+def ingest_events(svc: Services, index: str, dataset: str, tmp: Path, filename: str, keep_at: Path):
+    """`/add_document` as SSE (asked for with `Accept: text/event-stream`): `progress` as each stage starts
+    (converting, chunking, embedding, writing), then `done` with the same result as the JSON answer, or
+    `error`. Closing the stream (the client left) stops the work between stages and removes the upload."""
+    try:
+        steps = pipeline.ingest_steps(svc, index, dataset, tmp, filename, keep_at=keep_at)
+        while True:
+            try:
+                stage = next(steps)
+            except StopIteration as stop:
+                result = stop.value
+                break
+            yield frame(
+                "progress", {"file": filename, "dataset": dataset, "stage": stage, "done": 0, "total": 1}
+            )
+        yield frame("done", result.to_dict())
+    except ApiError as err:
+        yield frame("error", {**err.to_dict(), "status": err.status})
+    except Exception as exc:
+        log.exception("indexing %s failed", filename)
+        yield frame(
+            "error", {"error": f"internal error: {type(exc).__name__}", "code": "internal", "status": 500}
+        )
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @bp.get("/get_documents")

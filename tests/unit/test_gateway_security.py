@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.db import Database, User
+from gateway.db import SCHEMA_VERSION, Database, User
 from gateway.proxy import TrustedProxies
 from gateway.schemas import TurnOptions
 from gateway.settings import Settings
@@ -420,7 +420,7 @@ def test_a_version_1_database_gets_its_admin_seat_on_upgrade(tmp_path) -> None:
     )
     con.close()
     db = Database(f"sqlite:///{path}")
-    assert db.migrate() == 2
+    assert db.migrate() == SCHEMA_VERSION
     with db.session() as s:
         rows = {u.username: (u.first_admin, u.token_version, u.disabled) for u in s.query(User).all()}
     assert rows == {"root": (True, 0, False), "bob": (None, 0, False)}

@@ -1,3 +1,5 @@
+import { parseFrames } from "./sse.js";
+
 // The gateway's REST API (GATEWAY_API.md): the one place that knows URLs, the token and error shapes.
 
 /** An error answer from the gateway, `{"error", "code", "field"?}`, or a network failure (status 0). */
@@ -113,6 +115,29 @@ export const api = {
       signal,
     }),
 
+  /** Stops the chat's running turn (on any gateway replica); resolves once the stopped turn is stored. */
+  stopTurn: (id) => call("POST", `/api/chats/${encodeURIComponent(id)}/stop`),
+  /** Rejoins the chat's running turn: SSE with a `snapshot` first, or a 204 response when none runs. */
+  rejoinTurn: (id, signal) =>
+    send("GET", `/api/chats/${encodeURIComponent(id)}/stream`, {
+      headers: { Accept: "text/event-stream" },
+      signal,
+    }),
+
+  /** Starts a (re)build of the index: SSE `progress` per file and stage, then `done` or `error`. */
+  startBuild: (id, rebuild, signal) =>
+    send("POST", `/api/indexes/${encodeURIComponent(id)}/build`, {
+      json: { rebuild },
+      headers: { Accept: "text/event-stream" },
+      signal,
+    }),
+  /** Rejoins a running build: a `snapshot` first, then as startBuild; a 204 response when none runs. */
+  rejoinBuild: (id, signal) =>
+    send("GET", `/api/indexes/${encodeURIComponent(id)}/build`, {
+      headers: { Accept: "text/event-stream" },
+      signal,
+    }),
+
   listIndexes: async () => list(await call("GET", "/api/indexes"), "indexes"),
   createIndex: (name, description) => call("POST", "/api/indexes", { name, description }),
   getIndex: (id) => call("GET", `/api/indexes/${encodeURIComponent(id)}`),
@@ -138,18 +163,47 @@ export const api = {
  * Uploads one file with XMLHttpRequest, because fetch() reports no upload progress.
  * `onProgress(fraction)` is called as bytes leave; resolves to the gateway's JSON answer.
  */
-export function uploadDocument(indexId, file, dataset, onProgress) {
+export function uploadDocument(indexId, file, dataset, onProgress, onStage = () => {}) {
   return new Promise((resolve, reject) => {
     const hadSession = Boolean(session.user);
     const xhr = new XMLHttpRequest();
     xhr.open("POST", `/api/indexes/${encodeURIComponent(indexId)}/documents`);
+    // The indexing stages come back as server-sent events while the worker runs them.
+    xhr.setRequestHeader("Accept", "text/event-stream");
     xhr.responseType = "text";
     xhr.upload.addEventListener("progress", (event) => {
       if (event.lengthComputable) onProgress(event.loaded / event.total);
     });
     xhr.upload.addEventListener("load", () => onProgress(1));
+    let parsed = 0;
+    let last = null;
+    const readFrames = () => {
+      if (!(xhr.getResponseHeader("Content-Type") || "").startsWith("text/event-stream")) return;
+      const text = xhr.responseText;
+      const end = text.lastIndexOf("\n\n");
+      if (end < parsed) return;
+      const { events } = parseFrames(text.slice(parsed, end + 2));
+      parsed = end + 2;
+      for (const { event, data } of events) {
+        let payload = null;
+        try {
+          payload = JSON.parse(data);
+        } catch {
+          continue;
+        }
+        if (event === "progress") onStage(payload);
+        else last = { event, payload };
+      }
+    };
+    xhr.addEventListener("progress", readFrames);
     xhr.addEventListener("load", () => {
       let body = null;
+      if (xhr.status >= 200 && xhr.status < 300 && (xhr.getResponseHeader("Content-Type") || "").startsWith("text/event-stream")) {
+        readFrames();
+        if (last?.event === "done") resolve(last.payload);
+        else reject(new ApiError(xhr.status, last?.payload?.error || "Indexing stopped before it finished.", last?.payload?.code || "interrupted"));
+        return;
+      }
       try {
         body = xhr.responseText ? JSON.parse(xhr.responseText) : null;
       } catch {

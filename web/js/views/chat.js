@@ -139,13 +139,16 @@ export class ChatView {
     mount(this.messages, h("div", { class: "welcome" }, h("h2", { text: "This chat does not exist" }), h("p", {}, h("a", { href: "#/chats", text: "Start a new chat" }))));
   }
 
-  renderChat() {
+  renderChat({ rejoin = true } = {}) {
     this.setTitle(this.chat.title);
     this.messages.replaceChildren();
-    const messages = this.chat.messages || [];
+    // A turn still running (this page was reloaded, or it runs in another tab) is rejoined, not drawn stored.
+    const live = rejoin && this.chat.busy;
+    const messages = (this.chat.messages || []).filter((m) => !(live && m.status === "running"));
     messages.forEach((message, i) => this.renderStored(message, messages[i - 1], messages[i + 1]));
     this.updateScope();
     requestAnimationFrame(() => this.scrollToEnd(true));
+    if (live) this.rejoin();
   }
 
   renderStored(message, previous, next) {
@@ -266,9 +269,43 @@ export class ChatView {
     await this.runTurn(text);
   }
 
-  stop() {
+  /** Stop asks the gateway to end the turn (model call included); the stream then ends with `interrupted`.
+   * Only if that request fails is the stream dropped here. */
+  async stop() {
+    if (!this.controller || this.stopped) return;
     this.stopped = true;
-    this.controller?.abort();
+    this.stopButton.disabled = true;
+    try {
+      await api.stopTurn(this.id);
+    } catch (err) {
+      // 409: the turn ended meanwhile; its own events say how. Anything else: stop reading at least.
+      if (err.status !== 409) this.controller?.abort();
+    } finally {
+      this.stopButton.disabled = false;
+    }
+  }
+
+  /** Follows the chat's running turn (reload, second tab): the snapshot, then the live events. */
+  async rejoin() {
+    if (this.controller) return;
+    const turn = new AssistantMessage();
+    let question = null;
+    await this.followTurn(turn, (signal) => api.rejoinTurn(this.id, signal), (event, data) => {
+      if (event !== "snapshot") return;
+      question = renderUserMessage(data.question || "");
+      this.messages.append(question, turn.element);
+      turn.applySnapshot(data);
+      this.scrollToEnd(true);
+    });
+    if (!question && !this.destroyed) {
+      // 204: it ended between the two requests; show it as stored.
+      try {
+        this.chat = await api.getChat(this.id);
+        this.renderChat({ rejoin: false });
+      } catch {
+        /* the stored chat stays on screen */
+      }
+    }
   }
 
   async runTurn(text) {
@@ -276,22 +313,32 @@ export class ChatView {
     const turn = new AssistantMessage();
     this.messages.append(turn.element);
     this.scrollToEnd(true);
+    const body = { message: text };
+    if (this.forceRag.checked) body.force_rag = true;
+    await this.followTurn(turn, (signal) => api.streamTurn(this.id, body, signal));
+  }
+
+  /** Reads one turn's stream into `turn`; `open(signal)` starts the request (null body: nothing runs). */
+  async followTurn(turn, open, onEvent = null) {
     this.controller = new AbortController();
     this.stopped = false;
     this.setBusy(true);
     let finished = false;
+    let started = false;
     try {
-      const body = { message: text };
-      if (this.forceRag.checked) body.force_rag = true;
-      const response = await api.streamTurn(this.id, body, this.controller.signal);
+      const response = await open(this.controller.signal);
+      if (response.status === 204) return;
+      started = true;
       for await (const { event, data } of readEvents(response)) {
         if (this.destroyed) break;
+        onEvent?.(event, data);
         finished = this.handleEvent(turn, event, data) || finished;
         this.scrollToEnd();
       }
       if (!finished && !this.destroyed) turn.interrupt(this.stopped);
     } catch (err) {
       if (this.destroyed) return;
+      if (!started && onEvent) return; // a rejoin that found nothing to follow
       if (err.name === "AbortError") turn.interrupt(this.stopped);
       else if (err instanceof ApiError) {
         if (err.status === 401) return;
@@ -307,7 +354,7 @@ export class ChatView {
     }
   }
 
-  /** Applies one stream event; true once the turn has ended (done or error). */
+  /** Applies one stream event; true once the turn has ended (done, error or interrupted). */
   handleEvent(turn, event, data) {
     switch (event) {
       case "route":
@@ -327,6 +374,13 @@ export class ChatView {
         return true;
       case "error":
         turn.fail(data);
+        return true;
+      case "snapshot":
+        // Drawn by rejoin(); a turn rejoined after its answer was complete (naming the chat) has ended.
+        return Boolean(data.done);
+      case "interrupted":
+        // Stopped (here, in another tab, or through the API) or left by a gateway that stopped.
+        turn.interrupt(data.code === "stopped", { reason: data.error });
         return true;
       case "title":
         if (data.title) this.setTitle(data.title);

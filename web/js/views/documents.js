@@ -5,7 +5,16 @@ import { api, uploadDocument } from "../api.js";
 import { confirmDialog } from "../dialogs.js";
 import { announce, formatBytes, h, icon, mount, relativeTime } from "../dom.js";
 import { navigate } from "../router.js";
+import { readEvents } from "../sse.js";
 
+// The worker's indexing stages for one file, in order (WORKER_API.md `progress`), as shown to the user.
+const UPLOAD_STAGES = ["converting", "chunking", "embedding", "writing"];
+const STAGE_LABELS = {
+  converting: "Converting…",
+  chunking: "Splitting into passages…",
+  embedding: "Embedding…",
+  writing: "Writing to the index…",
+};
 const PARALLEL_UPLOADS = 2; // indexing is CPU-heavy on the worker; two at a time keeps the queue moving
 
 export class DocumentsView {
@@ -45,6 +54,8 @@ export class DocumentsView {
 
   destroy() {
     this.destroyed = true;
+    // Leaving mid-build: the gateway goes on with it; coming back rejoins it.
+    this.buildController?.abort();
   }
 
   async loadIndexes() {
@@ -185,6 +196,12 @@ export class DocumentsView {
           index.description ? h("p", { class: "muted", text: index.description }) : null,
           h("p", { class: "muted small index-stats", text: this.stats() }),
         ),
+        (this.rebuildButton = h(
+          "button",
+          { class: "button ghost", type: "button", onclick: () => this.followBuild(true) },
+          icon("upload"),
+          h("span", { text: "Rebuild" }),
+        )),
         h(
           "button",
           { class: "button ghost danger-text", type: "button", onclick: () => this.deleteIndex() },
@@ -193,11 +210,70 @@ export class DocumentsView {
         ),
       ),
       this.renderUploader(),
+      (this.buildBox = this.renderBuildBox()),
       this.uploadList,
       this.table,
     );
     for (const item of this.queue) if (!item.done) this.uploadList.append(item.row);
     this.renderTable();
+    if (index.status === "building") this.followBuild(false);
+  }
+
+  // ---- a (re)build: per-file progress, which outlives this page and is rejoined when it comes back ----
+
+  renderBuildBox() {
+    this.buildBar = h("progress", { max: 100, value: 0, "aria-label": "Rebuild progress" });
+    this.buildText = h("span", { class: "build-status", text: "" });
+    return h("div", { class: "card build-progress", hidden: true, role: "status" }, this.buildText, this.buildBar);
+  }
+
+  showBuild({ done = 0, total = 0, file = "", stage = "" }) {
+    this.buildBox.hidden = false;
+    this.buildBar.value = total ? Math.round((done / total) * 100) : 0;
+    const count = total ? `${done} / ${total} files` : "starting";
+    this.buildText.textContent = `Rebuilding · ${count}${file ? ` · ${file}: ${stage}` : ""}`;
+  }
+
+  /** `start`: ask for a rebuild; otherwise rejoin the one the gateway is running (204: none). */
+  async followBuild(start) {
+    if (this.buildController) return;
+    const controller = (this.buildController = new AbortController());
+    this.rebuildButton.disabled = true;
+    let ended = null;
+    try {
+      const response = start ? await api.startBuild(this.indexId, true, controller.signal) : await api.rejoinBuild(this.indexId, controller.signal);
+      if (response.status === 204) return;
+      this.showBuild({});
+      for await (const { event, data } of readEvents(response)) {
+        if (event === "snapshot") {
+          const last = data.files?.[data.files.length - 1] || {};
+          this.showBuild({ done: data.done, total: data.total, file: last.file, stage: last.stage });
+        } else if (event === "progress") this.showBuild(data);
+        else if (event === "done" || event === "error") {
+          ended = { event, data };
+          break;
+        }
+      }
+    } catch (err) {
+      if (err.name === "AbortError") return;
+      ended = { event: "error", data: { error: err.message } };
+    } finally {
+      if (this.buildController === controller) this.buildController = null;
+      if (!this.destroyed && this.rebuildButton) this.rebuildButton.disabled = false;
+    }
+    if (this.destroyed) return;
+    if (ended?.event === "done") {
+      this.buildBar.value = 100;
+      const chunks = ended.data?.chunks;
+      this.buildText.textContent = typeof chunks === "number" ? `Rebuilt · ${chunks} chunks` : "Rebuilt";
+      announce("Rebuild finished");
+    } else if (ended) {
+      this.buildText.textContent = `Rebuild failed: ${ended.data?.error || "unknown error"}`;
+      announce(this.buildText.textContent);
+    } else {
+      this.buildText.textContent = "The rebuild's progress was lost; reload to see its result.";
+    }
+    await this.refreshDocuments();
   }
 
   renderUploader() {
@@ -295,10 +371,21 @@ export class DocumentsView {
   async upload(item) {
     item.status.textContent = "Uploading…";
     try {
-      const answer = await uploadDocument(item.indexId, item.file, item.dataset, (fraction) => {
-        item.bar.value = Math.round(fraction * 100);
-        item.status.textContent = fraction < 1 ? `Uploading ${Math.round(fraction * 100)}%` : "Indexing…";
-      });
+      // The bar: the bytes sent fill the first half, the indexing stages the second.
+      const answer = await uploadDocument(
+        item.indexId,
+        item.file,
+        item.dataset,
+        (fraction) => {
+          item.bar.value = Math.round(fraction * 50);
+          item.status.textContent = fraction < 1 ? `Uploading ${Math.round(fraction * 100)}%` : "Indexing…";
+        },
+        (progress) => {
+          const at = UPLOAD_STAGES.indexOf(progress.stage);
+          if (at >= 0) item.bar.value = 50 + Math.round(((at + 1) / (UPLOAD_STAGES.length + 1)) * 50);
+          item.status.textContent = STAGE_LABELS[progress.stage] || `${progress.stage}…`;
+        },
+      );
       item.bar.value = 100;
       const chunks = answer?.chunks ?? answer?.document?.chunks;
       item.status.textContent = typeof chunks === "number" ? `Indexed · ${chunks} chunks` : "Indexed";

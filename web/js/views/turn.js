@@ -180,6 +180,16 @@ export class AssistantMessage {
     if (!quiet) announce(stopped ? "Answer stopped" : "The connection was lost; the answer is incomplete.");
   }
 
+  /** A rejoined turn's `snapshot`: what happened before this page was listening; the turn goes on. */
+  applySnapshot(snapshot) {
+    if (snapshot.route?.route) this.addRoute(snapshot.route);
+    for (const step of snapshot.steps || []) this.addStep(step);
+    if (Array.isArray(snapshot.documents)) this.setDocuments(snapshot.documents);
+    this.text = snapshot.answer || "";
+    this.renderAnswer();
+    if (snapshot.done) this.finish(snapshot.done);
+  }
+
   // ---- a stored message (GET /api/chats/{id}) ----------------------------------------------------
 
   load(message, question = null) {
@@ -204,6 +214,9 @@ export class AssistantMessage {
       this.settle();
     } else if (status === "failed") {
       this.fail({ error: message.error }, { quiet: true });
+      this.stepsBox.open = false;
+    } else if (message.details?.stopped) {
+      this.interrupt(true, { quiet: true });
       this.stepsBox.open = false;
     } else {
       this.interrupt(false, { quiet: true, reason: message.error });

@@ -1,0 +1,170 @@
+"""A turn's life in the database: write-ahead, periodic saves, heartbeat, stop requests and crash recovery.
+
+A turn is stored before the worker is called: the user's message and an assistant message with status
+`running`. While it runs, the replica reading it from the worker (its `turn_owner`) saves the answer so far into
+that message in one short UPDATE (at least every second or every 50 tokens) and refreshes the chat's
+`turn_heartbeat_at`. A heartbeat older than TURN_LOCK_STALE_S means the owner died: any replica that meets such
+a turn (start-up sweep, periodic sweep, a new message, a read of the chat, stop, rejoin) marks it `interrupted`
+with its partial text and releases the chat. A stop asked for on any replica is written to `turn_stop_at`; the
+owner reads it with its heartbeat and acts on it.
+
+Everything here is synchronous SQL for a thread (context.in_thread), portable between SQLite and Postgres.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+from sqlmodel import Session, col, select, update
+
+from .db import Chat, Database, Message, utcnow
+
+log = logging.getLogger("gateway.lifecycle")
+
+CRASHED = "the gateway handling this answer stopped before it was complete"
+STOPPED = "stopped by the user"
+
+
+def aware(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def is_stale(chat: Chat, stale_s: float, now: datetime | None = None) -> bool:
+    """True when the chat's turn lock is held by a replica that stopped refreshing it."""
+    if chat.turn_started_at is None:
+        return False
+    beat = aware(chat.turn_heartbeat_at) or aware(chat.turn_started_at)
+    return beat < (now or utcnow()) - timedelta(seconds=stale_s)
+
+
+def stale_condition(stale_s: float):
+    """SQL: the lock is free or left by a replica that stopped refreshing it."""
+    cutoff = utcnow() - timedelta(seconds=stale_s)
+    return (
+        col(Chat.turn_started_at).is_(None)
+        | (col(Chat.turn_heartbeat_at).is_not(None) & (col(Chat.turn_heartbeat_at) < cutoff))
+        | (col(Chat.turn_heartbeat_at).is_(None) & (col(Chat.turn_started_at) < cutoff))
+    )
+
+
+def interrupt_running(s: Session, chat_id: int, reason: str = CRASHED) -> int:
+    """Mark the chat's `running` messages interrupted, keeping their partial text. Returns how many."""
+    result = s.exec(
+        update(Message)
+        .where(col(Message.chat_id) == chat_id, col(Message.status) == "running")
+        .values(status="interrupted", error=reason)
+    )
+    return result.rowcount or 0
+
+
+def clear_lock_values() -> dict:
+    return {
+        "turn_started_at": None,
+        "turn_message_id": None,
+        "turn_owner": None,
+        "turn_heartbeat_at": None,
+        "turn_stop_at": None,
+    }
+
+
+def recover_chat(s: Session, chat_id: int, stale_s: float) -> bool:
+    """If the chat's turn was left by a dead replica: mark it interrupted and free the chat. Commits."""
+    released = s.exec(
+        update(Chat)
+        .where(col(Chat.id) == chat_id, col(Chat.turn_started_at).is_not(None))
+        .where(stale_condition(stale_s))
+        .values(**clear_lock_values())
+    )
+    if (released.rowcount or 0) != 1:
+        s.rollback()
+        return False
+    n = interrupt_running(s, chat_id)
+    s.commit()
+    log.warning("chat %s: turn left by a stopped gateway marked interrupted (%d messages)", chat_id, n)
+    return True
+
+
+def recover_stale(db: Database, stale_s: float, owner: str | None = None) -> int:
+    """Every turn whose owner stopped refreshing it (or, at start-up, that no live replica owns) is
+    marked interrupted and its chat released. Also repairs `running` messages whose chat holds no lock."""
+    cutoff = utcnow() - timedelta(seconds=stale_s)
+    recovered = 0
+    with db.session() as s:
+        ids = s.exec(
+            select(Chat.id).where(col(Chat.turn_started_at).is_not(None)).where(stale_condition(stale_s))
+        ).all()
+    for chat_id in ids:
+        with db.session() as s:
+            recovered += recover_chat(s, chat_id, stale_s)
+    with db.session() as s:
+        # Running messages no lock points at (a crash between two writes): old enough, they are orphans.
+        orphans = s.exec(
+            select(Message.id, Message.chat_id)
+            .join(Chat, col(Chat.id) == col(Message.chat_id))
+            .where(col(Message.status) == "running", col(Message.created_at) < cutoff)
+            .where(col(Chat.turn_started_at).is_(None))
+        ).all()
+        for message_id, _chat_id in orphans:
+            s.exec(
+                update(Message)
+                .where(col(Message.id) == message_id, col(Message.status) == "running")
+                .values(status="interrupted", error=CRASHED)
+            )
+        s.commit()
+    return recovered + len(orphans)
+
+
+def save_progress(
+    db: Database,
+    chat_id: int,
+    message_id: int,
+    content: str | None,
+    steps: list | None,
+    documents: list | None,
+) -> tuple[bool, bool]:
+    """The owner's periodic write: the answer so far (only what changed) and the heartbeat.
+    Returns (still_owned, stop_requested)."""
+    with db.session() as s:
+        values: dict = {}
+        if content is not None:
+            values["content"] = content
+        if steps is not None:
+            values["steps"] = steps
+        if documents is not None:
+            values["documents"] = documents
+        if values:
+            s.exec(
+                update(Message)
+                .where(col(Message.id) == message_id, col(Message.status) == "running")
+                .values(**values)
+            )
+        beat = s.exec(
+            update(Chat)
+            .where(col(Chat.id) == chat_id, col(Chat.turn_message_id) == message_id)
+            .values(turn_heartbeat_at=utcnow())
+        )
+        owned = (beat.rowcount or 0) == 1
+        stop_at = None
+        if owned:
+            stop_at = s.exec(select(Chat.turn_stop_at).where(col(Chat.id) == chat_id)).first()
+        s.commit()
+    return owned, stop_at is not None
+
+
+def request_stop(db: Database, chat_id: int) -> int | None:
+    """Record a stop for the chat's running turn; returns its message id, or None when none runs."""
+    with db.session() as s:
+        result = s.exec(
+            update(Chat)
+            .where(col(Chat.id) == chat_id, col(Chat.turn_message_id).is_not(None))
+            .values(turn_stop_at=utcnow())
+        )
+        if (result.rowcount or 0) != 1:
+            s.rollback()
+            return None
+        message_id = s.exec(select(Chat.turn_message_id).where(col(Chat.id) == chat_id)).first()
+        s.commit()
+        return message_id

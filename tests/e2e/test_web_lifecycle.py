@@ -1,0 +1,175 @@
+"""The turn lifecycle in a real browser (issue 10): an upload shows its indexing stages, Stop stops the answer
+(the model call included) and the chat takes the next message at once, and a reload mid-answer rejoins the
+running turn so the answer keeps growing. One story, in order; no console errors throughout.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.ollama_server import default_responder
+from tests.servers import SHARED
+
+pytestmark = pytest.mark.e2e
+
+DUCK = SHARED / "fixtures" / "docling" / "sources" / "duck.md"
+USER, PASSWORD = "lifecycle", "correct horse battery"
+EXTRA_WORDS = 80
+
+# Every text an upload row's status showed, in order (text nodes keep their text once replaced).
+STATUS_RECORDER = """() => {
+  window.__statuses = [];
+  new MutationObserver((records) => {
+    for (const r of records) {
+      if (!(r.target.closest && r.target.closest('.upload-status'))) continue;
+      for (const n of r.addedNodes) window.__statuses.push(n.textContent);
+    }
+  }).observe(document.body, {subtree: true, childList: true});
+}"""
+
+
+def last_turn(page: Page):
+    return page.locator(".message.assistant").last
+
+
+def ask(page: Page, text: str) -> None:
+    box = page.locator("#composer-input")
+    box.fill(text)
+    box.press("Enter")
+
+
+@pytest.fixture
+def long_answers(ollama):
+    """Streamed answers with EXTRA_WORDS more words after the grounded sentence."""
+
+    def respond(model: str, messages: list[dict], body: dict) -> str:
+        text = default_responder(model, messages, body)
+        if body.get("stream") is not False:
+            text += " " + " ".join(f"more{i}" for i in range(EXTRA_WORDS))
+        return text
+
+    ollama.responder = respond
+    return ollama
+
+
+@pytest.fixture(autouse=True)
+def no_console_errors(console):
+    before = len(console.unexpected())
+    yield
+    assert console.unexpected()[before:] == []
+
+
+def test_an_upload_shows_its_indexing_stages_and_chunk_count(page: Page):
+    page.goto("/")
+    page.get_by_role("button", name="Create an account").click()
+    page.get_by_label("Username").fill(USER)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Create account").click()
+    expect(page.locator(".user-name")).to_have_text(USER)
+
+    page.get_by_role("link", name="Documents").click()
+    page.locator("#new-index-name").fill("birds")
+    page.get_by_role("button", name="Create index").click()
+    expect(page.locator(".index-title")).to_have_text("birds")
+    page.evaluate(STATUS_RECORDER)
+    page.locator("#upload-dataset").fill("ducks")
+    page.set_input_files("#upload-files", [str(DUCK)])
+    duck = page.locator(".upload-item", has_text="duck.md")
+    expect(duck).to_have_class(re.compile(r"\bok\b"), timeout=120_000)
+    expect(duck.locator(".upload-status")).to_contain_text(re.compile(r"Indexed · \d+ chunks"))
+    expect(duck.locator("progress")).to_have_attribute("value", "100")
+    shown = page.evaluate("window.__statuses")
+    stages = [
+        s
+        for s in shown
+        if s in ("Converting…", "Splitting into passages…", "Embedding…", "Writing to the index…")
+    ]
+    assert stages == ["Converting…", "Splitting into passages…", "Embedding…", "Writing to the index…"], shown
+
+
+def test_a_rebuild_shows_per_file_progress_and_keeps_the_documents(page: Page):
+    page.evaluate(
+        """() => {
+          window.__builds = [];
+          new MutationObserver((records) => {
+            for (const r of records) {
+              if (!(r.target.closest && r.target.closest('.build-status'))) continue;
+              for (const n of r.addedNodes) window.__builds.push(n.textContent);
+            }
+          }).observe(document.body, {subtree: true, childList: true});
+        }"""
+    )
+    page.get_by_role("button", name="Rebuild").click()
+    status = page.locator(".build-status")
+    expect(status).to_contain_text(re.compile(r"Rebuilt · \d+ chunks"), timeout=120_000)
+    shown = page.evaluate("window.__builds")
+    assert any(re.match(r"Rebuilding · \d+ / 1 files · ducks/duck\.md: \w+", s) for s in shown), shown
+    expect(page.locator(".doc-table tbody tr[data-filename='duck.md']")).to_be_visible()
+    expect(page.get_by_role("button", name="Rebuild")).to_be_enabled()
+
+
+def test_stop_stops_the_answer_and_the_chat_takes_the_next_message(page: Page, ollama, long_answers):
+    ollama.token_delay_s = 0.2
+    page.get_by_role("link", name="New chat", exact=True).click()
+    expect(page.locator(".welcome")).to_be_visible()
+    ask(page, "What does the duck like to eat?")
+    turn = last_turn(page)
+    expect(turn.locator(".answer")).to_contain_text("According", timeout=90_000)
+    page.get_by_role("button", name="Stop answering").click()
+    expect(turn).to_have_attribute("data-state", "stopped")
+    expect(turn.locator(".turn-status")).to_contain_text("Stopped")
+    kept = turn.locator(".answer").text_content()
+    assert f"more{EXTRA_WORDS - 1}" not in kept
+
+    # The model call itself was closed: it stops producing well before its answer's end.
+    entry = [r for r in ollama.requests if r["path"] == "/api/chat" and r["body"].get("stream") is not False][
+        -1
+    ]
+    last, since = entry["pieces_sent"], time.monotonic()
+    while time.monotonic() - since < 1.5 and not entry["finished"]:
+        time.sleep(0.1)
+        if entry["pieces_sent"] != last:
+            last, since = entry["pieces_sent"], time.monotonic()
+    assert entry["finished"] is False
+
+    # The stopped answer is stored as it was shown, marked stopped.
+    page.reload()
+    turn = last_turn(page)
+    expect(turn).to_have_attribute("data-state", "stopped")
+    expect(turn.locator(".answer")).to_have_text(kept)
+
+    # And the chat takes the next message at once.
+    ollama.token_delay_s = 0.0
+    ask(page, "Where do ducks live?")
+    expect(page.locator(".message.user")).to_have_count(2)
+    expect(last_turn(page)).to_have_attribute("data-state", "done", timeout=90_000)
+
+
+def test_a_reload_mid_answer_rejoins_the_turn_and_the_answer_keeps_growing(page: Page, ollama, long_answers):
+    ollama.token_delay_s = 0.15
+    page.get_by_role("link", name="New chat", exact=True).click()
+    expect(page.locator(".welcome")).to_be_visible()
+    ask(page, "What does the duck like to eat?")
+    expect(last_turn(page).locator(".answer")).to_contain_text("According", timeout=90_000)
+    page.reload()
+
+    # The question and the answer so far are back, and the answer goes on growing.
+    expect(page.locator(".message.user")).to_have_text(["What does the duck like to eat?"])
+    turn = last_turn(page)
+    expect(turn).to_have_class(re.compile(r"\bstreaming\b"))
+    expect(page.get_by_role("button", name="Stop answering")).to_be_visible()
+    expect(turn.locator(".answer")).to_contain_text("According")
+    first = len(turn.locator(".answer").text_content())
+    page.wait_for_function(
+        "(n) => [...document.querySelectorAll('.message.assistant .answer')].pop().textContent.length > n",
+        arg=first,
+        timeout=90_000,
+    )
+    expect(turn).to_have_attribute("data-state", "done", timeout=120_000)
+    expect(turn.locator(".answer")).to_contain_text(f"more{EXTRA_WORDS - 1}")
+    expect(turn.locator(".doc-card").first).to_be_visible()
+    expect(page.locator(".send-button:not(.stop)")).to_be_visible()
