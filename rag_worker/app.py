@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from .errors import ApiError, Unauthorized
+from .errors import ApiError, Forbidden, Unauthorized
+from .security import origin_allowed
 from .services import Services
 from .settings import Settings
 
@@ -24,22 +24,30 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.json.sort_keys = False
     app.extensions["rag"] = services or Services(settings)
 
-    from .routes import chat, documents, meta
+    from .routes import chat, documents, has_valid_key, meta
 
     app.register_blueprint(meta.bp)
     app.register_blueprint(chat.bp)
     app.register_blueprint(documents.bp)
 
     @app.before_request
-    def require_api_key():
-        key = settings.worker_api_key
-        if key is None or request.path in OPEN_PATHS:
-            return None
-        sent = request.headers.get("Authorization", "")
-        expected = f"Bearer {key.get_secret_value()}"
-        if not hmac.compare_digest(sent.encode(), expected.encode()):
-            raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <WORKER_API_KEY>'")
+    def refuse_foreign_origins():
+        # Browsers send Origin on cross-site requests; other programs send none. A page on another site must not
+        # drive the worker through a visitor's browser (a text/plain or multipart POST needs no preflight).
+        origin = request.headers.get("Origin")
+        if not origin_allowed(origin, settings.origins):
+            raise Forbidden(
+                f"requests from the web origin '{origin}' are not allowed; "
+                "list it in WORKER_ALLOWED_ORIGINS to let pages there call the worker",
+                code="origin_not_allowed",
+            )
         return None
+
+    @app.before_request
+    def require_api_key():
+        if request.path in OPEN_PATHS or has_valid_key():
+            return None
+        raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <WORKER_API_KEY>'")
 
     @app.errorhandler(ApiError)
     def api_error(err: ApiError):
