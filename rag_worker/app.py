@@ -44,10 +44,28 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         return None
 
     @app.before_request
+    def answer_preflight():
+        # A listed origin's browser asks first before a JSON or authorised request; it carries no key.
+        if request.method == "OPTIONS" and request.headers.get("Origin"):
+            return app.response_class(status=204)
+        return None
+
+    @app.before_request
     def require_api_key():
         if request.path in OPEN_PATHS or has_valid_key():
             return None
         raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <WORKER_API_KEY>'")
+
+    @app.after_request
+    def cors_for_listed_origins(response):
+        origin = request.headers.get("Origin")
+        if origin and settings.origins and origin_allowed(origin, settings.origins):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+            response.headers["Access-Control-Allow-Methods"] = "GET, POST, DELETE"
+            response.headers["Access-Control-Max-Age"] = "600"
+        response.vary.add("Origin")
+        return response
 
     @app.errorhandler(ApiError)
     def api_error(err: ApiError):

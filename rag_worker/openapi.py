@@ -127,7 +127,7 @@ def spec() -> dict:
                 "requestBody": chat_body,
                 "responses": {
                     "200": {"description": "the answer", **_json({"$ref": "#/components/schemas/Answer"})},
-                    **_errors(400, 401, 404, 409, 413, 503),
+                    **_errors(400, 401, 404, 409, 413, 415, 503),
                 },
             }
         },
@@ -137,7 +137,7 @@ def spec() -> dict:
                 "requestBody": chat_body,
                 "responses": {
                     "200": {"description": "the event stream", **sse},
-                    **_errors(400, 401, 404, 409, 413),
+                    **_errors(400, 401, 404, 409, 413, 415),
                 },
             }
         },
@@ -150,7 +150,7 @@ def spec() -> dict:
                         "description": "the title",
                         **_json({"type": "object", "properties": {"title": {"type": "string"}}}),
                     },
-                    **_errors(400, 401),
+                    **_errors(400, 401, 415),
                 },
             }
         },
@@ -162,7 +162,7 @@ def spec() -> dict:
                         "description": "the indexed file",
                         **_json({"$ref": "#/components/schemas/Added"}),
                     },
-                    **_errors(400, 401, 409, 413, 415),
+                    **_errors(400, 401, 409, 413, 415, 422),
                 },
             }
         },
@@ -200,13 +200,13 @@ def spec() -> dict:
         "/delete": {
             "post": {
                 "summary": "Remove one file: its rows, vectors and full-text entries",
-                "responses": {"200": {"description": "{count}"}, **_errors(400, 404)},
+                "responses": {"200": {"description": "{count}"}, **_errors(400, 404, 415)},
             }
         },
         "/index": {
             "post": {
                 "summary": "(Re)build an index from shared_uploads/<index>/, streamed progress",
-                "responses": {"200": {"description": "progress events", **sse}, **_errors(400, 409)},
+                "responses": {"200": {"description": "progress events", **sse}, **_errors(400, 409, 415)},
             }
         },
         "/indexes/{index}": {
@@ -223,7 +223,7 @@ def spec() -> dict:
         },
         "/health": {
             "get": {
-                "summary": "Readiness of the LLM, embedder and store",
+                "summary": "Readiness of the LLM, embedder and store (only `status` without the key, when one is set)",
                 "responses": {"200": {"description": "ok"}, "503": {"description": "degraded"}},
             }
         },

@@ -173,3 +173,21 @@ def test_credentials_in_urls_are_masked():
         "a": ["failed to reach http://***@h:1/x", {"b": "ftp://***@z"}],
         "n": 3,
     }
+
+
+def test_a_listed_origin_gets_cors_answers_and_others_none(tmp_path):
+    app = create_worker(
+        worker_settings(tmp_path, WORKER_API_KEY="k2", WORKER_ALLOWED_ORIGINS="https://chat.example")
+    )
+    client = app.test_client()
+    listed = {"Origin": "https://chat.example", "Access-Control-Request-Method": "POST"}
+    preflight = client.options("/chat", headers=listed)
+    assert preflight.status_code == 204
+    assert preflight.headers["Access-Control-Allow-Origin"] == "https://chat.example"
+    assert "Authorization" in preflight.headers["Access-Control-Allow-Headers"]
+    foreign = client.options("/chat", headers={**listed, "Origin": "http://evil.example"})
+    assert foreign.status_code == 403 and "Access-Control-Allow-Origin" not in foreign.headers
+    resp = client.get(
+        "/openapi.json", headers={"Origin": "https://chat.example", "Authorization": "Bearer k2"}
+    )
+    assert resp.status_code == 200 and resp.headers["Access-Control-Allow-Origin"] == "https://chat.example"
