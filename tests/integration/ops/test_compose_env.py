@@ -103,8 +103,10 @@ def compose_stack(tmp_path_factory):
         gateway = ServerProcess(
             [sys.executable, *gateway_cmd[1:]], gateway_port, genv, tmp / "gateway.log", inherit_env=False
         )
-        stack.enter_context(worker.start(timeout=180))
-        stack.enter_context(gateway.start(timeout=120))
+        worker.start(timeout=180)  # not enter_context(): __enter__ would start a second process
+        stack.callback(worker.stop)
+        gateway.start(timeout=120)
+        stack.callback(gateway.stop)
         yield worker, gateway, worker_env
 
 
