@@ -177,9 +177,11 @@ class Probe:
     error: str | None = None
 
 
-def get_json(url: str, timeout: float = 5.0) -> Probe:
+def get_json(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> Probe:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers or {}), timeout=timeout
+        ) as resp:
             return Probe(resp.status, _json_or_empty(resp.read()))
     except urllib.error.HTTPError as exc:
         return Probe(exc.code, _json_or_empty(exc.read()), f"HTTP {exc.code}")
@@ -214,14 +216,20 @@ def describe_llm(llm: dict) -> str:
     return f"embedded model {model} ({reason})" if reason else f"embedded model {model}"
 
 
-def wait_healthy(child: Child, timeout: float) -> Probe:
+def worker_auth(settings) -> dict[str, str]:
+    """The worker's /health shows its details only to callers with the key (when one is set)."""
+    key = settings.worker_api_key
+    return {"Authorization": f"Bearer {key.get_secret_value()}"} if key is not None else {}
+
+
+def wait_healthy(child: Child, timeout: float, headers: dict[str, str] | None = None) -> Probe:
     """Wait until the child's /health answers with JSON (200 ok, or 503 degraded: it is up and says why)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert child.proc is not None
         if child.proc.poll() is not None:
             raise StartupError(f"{child.name} exited with code {child.proc.returncode} while starting", child)
-        probe = get_json(child.url + "/health", timeout=5)
+        probe = get_json(child.url + "/health", timeout=5, headers=headers)
         if probe.status is not None and probe.body:
             return probe
         time.sleep(0.3)
@@ -417,6 +425,16 @@ def cmd_start(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     host, chost = args.host, client_host(args.host)
+    from rag_worker.security import open_bind_refusal
+
+    refusal = open_bind_refusal(
+        [f"{host}:{args.worker_port}"],
+        has_key=settings.worker_api_key is not None,
+        allow_open=settings.allow_open,
+    )
+    if refusal:
+        print(f"worker: {refusal}", file=sys.stderr)
+        return 2
     with_gateway = not args.worker_only
     wanted = [("worker", args.worker_port)] + ([("gateway", args.gateway_port)] if with_gateway else [])
     for name, port in wanted:
@@ -512,15 +530,16 @@ class Supervisor:
             self.state["children"].append(child.record())
             write_pid_file(self.logs_dir, self.state)
             t0 = time.monotonic()
-            health[child.name] = wait_healthy(child, args.timeout)
+            auth = worker_auth(settings) if child.name == "worker" else None
+            health[child.name] = wait_healthy(child, args.timeout, auth)
             status = health[child.name].body.get("status", "?")
             print(f"Up:      {child.name} in {time.monotonic() - t0:.1f} s, status {status}", flush=True)
         if not args.no_demo and store_is_empty(settings):
             build_demo_index(env, self.logs_dir, args.timeout * 3)
-        self._banner(health)
+        self._banner(health, worker_auth(settings))
 
-    def _banner(self, health: dict[str, Probe]) -> None:
-        worker = get_json(self.children[0].url + "/health")
+    def _banner(self, health: dict[str, Probe], auth: dict[str, str]) -> None:
+        worker = get_json(self.children[0].url + "/health", headers=auth)
         llm = describe_llm((worker.body or health["worker"].body).get("llm") or {})
         lines = ["", "Ready."]
         if "gateway" in health:
@@ -630,7 +649,7 @@ def health_rows(args: argparse.Namespace) -> list[Row]:
     components = running.get("components") or (["worker"] if args.worker_only else ["worker", "gateway"])
     rows: list[Row] = []
 
-    worker = get_json(worker_url + "/health")
+    worker = get_json(worker_url + "/health", headers=worker_auth(settings))
     llm = worker.body.get("llm") or {}
     backend = running.get("llm_backend") or settings.llm_backend
     ollama_host = running.get("ollama") or settings.ollama_host

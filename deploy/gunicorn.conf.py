@@ -49,6 +49,19 @@ preload_app = False
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 
 
+def on_starting(server) -> None:
+    # The same refusal as `python -m rag_worker serve`, for gunicorn started with this file by other means.
+    from rag_worker.security import open_bind_refusal
+    from rag_worker.settings import Settings
+
+    settings = Settings()
+    refusal = open_bind_refusal(
+        list(server.cfg.bind), has_key=settings.worker_api_key is not None, allow_open=settings.allow_open
+    )
+    if refusal:
+        raise SystemExit(f"rag_worker: {refusal}")
+
+
 def when_ready(server) -> None:
     server.log.info(
         "worker listening on %s with %s gevent process(es)", ", ".join(server.cfg.bind), server.cfg.workers

@@ -101,6 +101,8 @@ async def read_json(request: Request, model: type[M]) -> M:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequest(f"the body is not valid JSON ({exc})", code="invalid_json") from None
+        except RecursionError:
+            raise BadRequest("the JSON body is nested too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")
     return model.model_validate(data)

@@ -7,7 +7,7 @@ import secrets
 import time
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +81,14 @@ class Settings(BaseSettings):
     keepalive_s: float = Field(default=15.0, alias="SSE_KEEPALIVE_S")
 
     web_dir: Path = Field(default=REPO_ROOT / "web", alias="WEB_DIR")
+
+    @field_validator("worker_api_key", mode="before")
+    @classmethod
+    def _empty_key_is_no_key(cls, value):
+        # docker compose passes WORKER_API_KEY="" when none is set: that means no key, as on the worker.
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return value
 
     def origins(self) -> set[str]:
         return {o.strip().rstrip("/").lower() for o in self.allowed_origins.split(",") if o.strip()}

@@ -28,7 +28,7 @@ def _worker_error(resp: httpx.Response, body: bytes) -> ApiError:
     code = data.get("code") if isinstance(data, dict) else None
     field = data.get("field") if isinstance(data, dict) else None
     message = message or f"the worker answered HTTP {resp.status_code}"
-    if resp.status_code in (400, 404, 409, 413, 415):
+    if resp.status_code in (400, 404, 409, 413, 415, 422):
         return ApiError(message, code=code or "worker_error", field=field, status=resp.status_code)
     if resp.status_code == 503:
         # The worker's queue is full (code "busy") or a model is down: a 503 for the browser too, with the
@@ -42,7 +42,7 @@ def _worker_error(resp: httpx.Response, body: bytes) -> ApiError:
 class WorkerClient:
     def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None):
         headers = {}
-        if settings.worker_api_key is not None and settings.worker_api_key.get_secret_value():
+        if settings.worker_api_key is not None and settings.worker_api_key.get_secret_value().strip():
             headers["Authorization"] = f"Bearer {settings.worker_api_key.get_secret_value()}"
         self.settings = settings
         limits = httpx.Limits(

@@ -57,10 +57,20 @@ def serve(argv: list[str]) -> int:
 
     from rag_worker.logs import configure_logging
     from rag_worker.preflight import run_preflight
+    from rag_worker.security import open_bind_refusal
     from rag_worker.settings import Settings
 
+    settings = Settings()
+    refusal = open_bind_refusal(
+        [f"{args.host}:{args.port}"],
+        has_key=settings.worker_api_key is not None,
+        allow_open=settings.allow_open,
+    )
+    if refusal:
+        print(f"rag_worker: {refusal}", file=sys.stderr)
+        return 2
     configure_logging()
-    run_preflight(Settings())
+    run_preflight(settings)
     WorkerApplication().run()
     return 0
 

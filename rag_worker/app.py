@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from .errors import ApiError, Unauthorized
+from .errors import ApiError, Forbidden, Unauthorized
 from .openai_compat import error_body, is_openai_path
+from .security import origin_allowed
 from .services import Services
 from .settings import Settings
 
@@ -25,7 +25,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.json.sort_keys = False
     app.extensions["rag"] = services or Services(settings)
 
-    from .routes import chat, documents, meta, v1
+    from .routes import chat, documents, has_valid_key, meta, v1
 
     app.register_blueprint(meta.bp)
     app.register_blueprint(chat.bp)
@@ -33,14 +33,16 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.register_blueprint(v1.bp)
 
     @app.before_request
-    def require_api_key():
-        key = settings.worker_api_key
-        if key is None or request.path in OPEN_PATHS:
-            return None
-        sent = request.headers.get("Authorization", "")
-        expected = f"Bearer {key.get_secret_value()}"
-        if not hmac.compare_digest(sent.encode(), expected.encode()):
-            raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <WORKER_API_KEY>'")
+    def refuse_foreign_origins():
+        # Browsers send Origin on cross-site requests; other programs send none. A page on another site must not
+        # drive the worker through a visitor's browser (a text/plain or multipart POST needs no preflight).
+        origin = request.headers.get("Origin")
+        if not origin_allowed(origin, settings.origins):
+            raise Forbidden(
+                f"requests from the web origin '{origin}' are not allowed; "
+                "list it in WORKER_ALLOWED_ORIGINS to let pages there call the worker",
+                code="origin_not_allowed",
+            )
         return None
 
     def error(body: dict, status: int, headers: dict | None = None):
@@ -48,6 +50,30 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         if is_openai_path(request.path):
             body = error_body(status, body["error"], body.get("code"), body.get("field"))
         return jsonify(body), status, headers or {}
+
+    @app.before_request
+    def answer_preflight():
+        # A listed origin's browser asks first before a JSON or authorised request; it carries no key.
+        if request.method == "OPTIONS" and request.headers.get("Origin"):
+            return app.response_class(status=204)
+        return None
+
+    @app.before_request
+    def require_api_key():
+        if request.path in OPEN_PATHS or has_valid_key():
+            return None
+        raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <WORKER_API_KEY>'")
+
+    @app.after_request
+    def cors_for_listed_origins(response):
+        origin = request.headers.get("Origin")
+        if origin and settings.origins and origin_allowed(origin, settings.origins):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+            response.headers["Access-Control-Allow-Methods"] = "GET, POST, DELETE"
+            response.headers["Access-Control-Max-Age"] = "600"
+        response.vary.add("Origin")
+        return response
 
     @app.errorhandler(ApiError)
     def api_error(err: ApiError):

@@ -133,7 +133,8 @@ def _routes() -> list[Operation]:
                 "embedding, writing), then done (Added) or error (ErrorBody)",
                 ["progress", "done", "error"],
             ),
-            errors=(400, 404, 409, 413, 415),
+            # 422: the file broke CONVERT_MAX_MEMORY_MB / CONVERT_TIMEOUT_S or could not be converted.
+            errors=(400, 404, 409, 413, 415, 422),
         ),
         Operation(
             "get",
@@ -269,6 +270,8 @@ def _operation(op: Operation, auth_required: bool) -> dict:
         ok["content"] = {**_content(op.answer), **(op.also or {})}
     responses = {"200": ok}
     codes = set(op.errors)
+    if isinstance(op.body, type):  # a JSON body: anything but Content-Type application/json is a 415
+        codes.add(415)
     if auth_required and not op.open:
         codes.add(401)
     if op.body is not None:

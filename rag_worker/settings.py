@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .security import mask_credentials, parse_origins
 
 
 def packaged_embedding_model() -> str:
@@ -44,7 +46,12 @@ class Settings(BaseSettings):
     # Where converted model copies are cached (the GGUF -> safetensors conversion of the embedded LLM).
     model_cache_dir_override: Path | None = Field(default=None, alias="MODEL_CACHE_DIR")
 
+    # Empty means no key (docker compose passes WORKER_API_KEY="" when none is set).
     worker_api_key: SecretStr | None = Field(default=None, alias="WORKER_API_KEY")
+    # Browser origins allowed to call the worker (comma-separated); a request with any other Origin is 403.
+    allowed_origins: str = Field(default="", alias="WORKER_ALLOWED_ORIGINS")
+    # Listening beyond loopback without WORKER_API_KEY is refused unless this says the network is private.
+    allow_open: bool = Field(default=False, alias="WORKER_ALLOW_OPEN")
 
     # Request limits (WORKER_API.md).
     max_prompt_chars: int = Field(default=8000, alias="MAX_PROMPT_CHARS")
@@ -86,6 +93,11 @@ class Settings(BaseSettings):
     ocr: Literal["on", "off"] = Field(default="on", alias="OCR")
     ocr_languages: str = Field(default="eng", pattern=r"^[A-Za-z_]+(\+[A-Za-z_]+)*$", alias="OCR_LANGUAGES")
     ocr_timeout_s: float = Field(default=300.0, gt=0, alias="OCR_TIMEOUT_S")
+    max_pdf_pages: int = Field(default=2000, alias="MAX_PDF_PAGES", ge=1)
+    # Conversion runs in a child process (rag_worker/sandbox.py) with these bounds: address space one conversion
+    # may add to the converter's own (RLIMIT_AS), and wall-clock seconds.
+    convert_max_memory_mb: int = Field(default=2048, alias="CONVERT_MAX_MEMORY_MB", ge=16)
+    convert_timeout_s: float = Field(default=600.0, alias="CONVERT_TIMEOUT_S", gt=0)
     # Per-document overviews: "auto" summarises with the utility model on Ollama only (the embedded model is too
     # slow to summarise every upload); "off" always uses the model-free overview (title + leading sentences).
     overview_summaries: Literal["auto", "on", "off"] = Field(default="auto", alias="OVERVIEW_SUMMARIES")
@@ -120,6 +132,19 @@ class Settings(BaseSettings):
     # Concurrent turns' query embeddings share one forward pass (those arriving while one runs go together next).
     query_batching: bool = Field(default=True, alias="QUERY_BATCHING")
 
+    @field_validator("worker_api_key", mode="before")
+    @classmethod
+    def _empty_key_is_no_key(cls, value):
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if isinstance(value, SecretStr) and not value.get_secret_value().strip():
+            return None
+        return value
+
+    @property
+    def origins(self) -> frozenset[str]:
+        return parse_origins(self.allowed_origins)
+
     @property
     def lancedb_dir(self) -> Path:
         return self.index_store / "lancedb"
@@ -141,4 +166,4 @@ class Settings(BaseSettings):
         data["worker_api_key"] = "***" if self.worker_api_key else None
         data["openai_api_key"] = "***" if self.openai_api_key else None
         data["embedding_model"] = self.resolved_embedding_model()
-        return data
+        return mask_credentials(data)

@@ -65,9 +65,12 @@ class ServerProcess:
         log_path: Path,
         health_path: str = "/health",
         cwd: Path = ROOT,
+        inherit_env: bool = True,
     ):
         self.args, self.port, self.env, self.log_path = args, port, env, log_path
         self.health_path, self.cwd = health_path, cwd
+        # False: the child gets `env` only (a container's environment), not the test process's.
+        self.inherit_env = inherit_env
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -78,7 +81,7 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # The child writes to this file for its whole life; the parent's copy of the handle is not needed.
         with open(self.log_path, "ab") as log:
-            env = {**os.environ, **self.env}
+            env = {**os.environ, **self.env} if self.inherit_env else dict(self.env)
             self.proc = subprocess.Popen(
                 self.args, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )

@@ -63,8 +63,19 @@ _OLE_KINDS = {"doc", "xls", "ppt", "msg"}
 # The part every Office Open XML package of that kind carries.
 _OOXML_PART = {"docx": "word/", "pptx": "ppt/", "xlsx": "xl/"}
 
-# HTTP status per refusal code: bad input is 400, size bounds 413, unknown types 415.
-_STATUS = {"unsupported_type": 415, "too_large": 413, "zip_bomb": 413, "too_many_cells": 413}
+# HTTP status per refusal code: bad input is 400, size bounds 413, unknown types 415, a conversion stopped by
+# its memory or time limit (or crashing) 422.
+_STATUS = {
+    "unsupported_type": 415,
+    "too_large": 413,
+    "zip_bomb": 413,
+    "too_many_cells": 413,
+    "too_many_pages": 413,
+    "convert_memory": 422,
+    "convert_timeout": 422,
+    "convert_failed": 422,
+    "converter_unavailable": 503,
+}
 
 
 class IngestError(ApiError):

@@ -1,4 +1,4 @@
-"""Bounds checked before a converter sees a file: zip bombs and huge spreadsheets.
+"""Bounds checked before a converter sees a file: zip bombs, huge spreadsheets, PDFs with too many pages.
 
 DOCX, PPTX and XLSX are zip packages; a few kilobytes can inflate to gigabytes. The central directory says how
 large each entry is once inflated and Python's zip reader stops at that size, so summing the declared sizes is
@@ -22,6 +22,7 @@ class Limits:
     max_spreadsheet_cells: int = 1_000_000
     office_timeout_s: float = 120.0  # LibreOffice conversions (.doc, .xls, .ppt, .odt, .ods, .odp, .rtf)
     office_memory_mb: int = 2048
+    max_pdf_pages: int = 2000
 
 
 def check_zip(path: Path, limits: Limits) -> None:
@@ -33,18 +34,24 @@ def check_zip(path: Path, limits: Limits) -> None:
     if len(infos) > limits.max_zip_entries:
         raise IngestError(
             "zip_bomb",
-            f"the package holds {len(infos)} parts, more than the limit of {limits.max_zip_entries}",
+            f"the package holds {len(infos)} parts, more than the limit of {limits.max_zip_entries} "
+            "(MAX_ZIP_ENTRIES)",
         )
     total = sum(info.file_size for info in infos)
     if total > limits.max_unzipped_bytes:
         raise IngestError(
             "zip_bomb",
-            f"the package inflates to {total:,} bytes, more than the limit of {limits.max_unzipped_bytes:,}",
+            f"the package inflates to {total:,} bytes, more than the limit of {limits.max_unzipped_bytes:,} "
+            "(MAX_UNZIPPED_BYTES)",
         )
 
 
 def check_xlsx_cells(path: Path, limits: Limits) -> None:
-    """Sum rows x columns over the sheets (their declared dimensions, or a streamed count when absent)."""
+    """Count the cells each sheet holds, streaming its data and stopping once past the bound.
+
+    The dimension a sheet declares (`<dimension ref="A1:A1"/>`) is written by whoever made the file and is not
+    read: a sheet declaring A1:A1 may hold 200,000 cells.
+    """
     import openpyxl
 
     try:
@@ -54,17 +61,22 @@ def check_xlsx_cells(path: Path, limits: Limits) -> None:
     try:
         cells = 0
         for ws in wb.worksheets:
-            if ws.max_row is not None and ws.max_column is not None:
-                cells += ws.max_row * ws.max_column
-            else:  # no dimension recorded: count while streaming, stopping as soon as the bound is passed
-                for row in ws.iter_rows(values_only=True):
+            if hasattr(ws, "reset_dimensions"):
+                ws.reset_dimensions()  # stream to the end of the data, not to the declared last cell
+            try:
+                for row in ws.iter_rows():
                     cells += len(row)
                     if cells > limits.max_spreadsheet_cells:
                         break
+            except Exception as exc:
+                raise IngestError(
+                    "corrupt", f"the spreadsheet is damaged and cannot be read ({exc})"[:300]
+                ) from exc
             if cells > limits.max_spreadsheet_cells:
                 raise IngestError(
                     "too_many_cells",
-                    f"the spreadsheet has more than {limits.max_spreadsheet_cells:,} cells; split it into smaller files",
+                    f"the spreadsheet has more than {limits.max_spreadsheet_cells:,} cells (MAX_SPREADSHEET_CELLS); "
+                    "split it into smaller files",
                 )
     finally:
         wb.close()
@@ -78,7 +90,8 @@ def check_csv_cells(path: Path, limits: Limits) -> None:
         if cells > limits.max_spreadsheet_cells:
             raise IngestError(
                 "too_many_cells",
-                f"the CSV file has more than {limits.max_spreadsheet_cells:,} cells; split it into smaller files",
+                f"the CSV file has more than {limits.max_spreadsheet_cells:,} cells (MAX_SPREADSHEET_CELLS); "
+                "split it into smaller files",
             )
 
 

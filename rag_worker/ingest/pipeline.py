@@ -29,7 +29,7 @@ from ..names import check_filename, check_name
 from ..runtime import offload
 from . import attachments, overviews
 from .chunk import Chunk, Chunker
-from .convert import Converted, Converter
+from .convert import Converted, IsolatedConverter
 from .formats import IngestError, is_supported, kind_of
 from .limits import Limits
 from .ocr import ocr_options
@@ -101,7 +101,7 @@ class BatchDone:
 
 @dataclass
 class _Parts:
-    converter: Converter
+    converter: IsolatedConverter
     chunker: Chunker
 
 
@@ -120,13 +120,18 @@ def parts(services: Services) -> _Parts:
                 max_spreadsheet_cells=s.max_spreadsheet_cells,
                 office_timeout_s=s.office_timeout_s,
                 office_memory_mb=s.office_memory_mb,
+                max_pdf_pages=s.max_pdf_pages,
             )
             embedder = services.embedder
             # The budget leaves room for the [CLS]/[SEP] the embedder adds, so no chunk is ever truncated.
             budget = max(16, min(s.chunk_tokens, embedder.max_length - 2))
             built = _Parts(
-                converter=Converter(
-                    artifacts_path=s.docling_artifacts_path, limits=limits, ocr=ocr_options(s)
+                converter=IsolatedConverter(
+                    artifacts_path=s.docling_artifacts_path,
+                    limits=limits,
+                    memory_mb=s.convert_max_memory_mb,
+                    timeout_s=s.convert_timeout_s,
+                    ocr=ocr_options(s),
                 ),
                 chunker=Chunker(embedder.tokenizer, budget),
             )
@@ -242,7 +247,8 @@ def prepare_steps(
 
     part = parts(services)
     yield "converting"
-    converted = offload(part.converter.convert, path, filename)
+    # In a child process with a memory and a time limit; this greenlet waits, the others go on.
+    converted = part.converter.convert(path, filename)
     yield "chunking"
     chunks: list[Chunk] = offload(part.chunker.chunk, converted.document)
     if not chunks:

@@ -9,7 +9,8 @@ from flask import Blueprint, jsonify
 from .. import __version__
 from ..openapi import spec
 from ..pipeline.prompts import DEFAULTS
-from . import services
+from ..security import mask_credentials
+from . import has_valid_key, services
 
 bp = Blueprint("meta", __name__)
 log = logging.getLogger("rag_worker")
@@ -29,6 +30,14 @@ def converters_health(settings) -> dict:
 
 @bp.get("/health")
 def health():
+    """Open to all, so probes need no key; but with a key set, only callers that send it see the details."""
+    body, status = _health()
+    if not has_valid_key():
+        body = {"status": body["status"]}
+    return jsonify(mask_credentials(body)), status
+
+
+def _health() -> tuple[dict, int]:
     svc = services()
     body: dict = {"status": "ok", "version": __version__}
     try:
@@ -53,11 +62,11 @@ def health():
     if down:
         body["status"] = "down"
         body["down"] = down
-        return jsonify(body), 503
+        return body, 503
     if not llm_ok:
         body["status"] = "degraded"
-        return jsonify(body), 503
-    return jsonify(body)
+        return body, 503
+    return body, 200
 
 
 @bp.get("/config")
