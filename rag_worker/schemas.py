@@ -61,6 +61,8 @@ class Options(_Strict):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     max_tokens: int | None = Field(default=None, ge=1, le=8192)
     prompts: dict[str, str] | None = None
+    grounding: Literal["flag", "extract", "refuse"] | None = None
+    answer_mode: Literal["auto", "extractive"] | None = None
 
 
 class ChatRequest(_Strict):

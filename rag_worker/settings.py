@@ -103,6 +103,23 @@ class Settings(BaseSettings):
     sql_timeout_s: float = Field(default=10.0, gt=0, alias="SQL_TIMEOUT_S")
     sql_max_tokens: int = Field(default=400, ge=16, alias="SQL_MAX_TOKENS")
 
+    # Grounding (rag_worker/pipeline/grounding.py): each answer sentence is scored against the passages the model
+    # read; thresholds and weight calibrated on SciFact train by `python -m bench.grounding --calibrate`
+    # (docs/benchmarks.md, "Grounding"). An answer passes when at least GROUNDING_MIN_SHARE of its sentences are
+    # supported; otherwise GROUNDING_POLICY acts: flag (keep, mark), extract (quote the sources instead), refuse.
+    # Empty: extract for the embedded model, flag for Ollama.
+    grounding_policy: Literal["", "flag", "extract", "refuse"] = Field(default="", alias="GROUNDING_POLICY")
+    grounded_above: float = Field(default=0.62, alias="GROUNDED_ABOVE")
+    ungrounded_below: float = Field(default=0.45, alias="UNGROUNDED_BELOW")
+    grounding_sim_weight: float = Field(default=0.5, alias="GROUNDING_SIM_WEIGHT")
+    grounding_min_share: float = Field(default=0.8, alias="GROUNDING_MIN_SHARE")
+    # The embedded model: `auto` generates, checks and falls back to the extractive answer (with the default
+    # policy); `extractive` answers with quotes at once, no generation. Its prompt holds the best passages whole
+    # up to LOCAL_CONTEXT_TOKENS, and it writes at most LOCAL_MAX_TOKENS unless the request says otherwise.
+    answer_mode: Literal["auto", "extractive"] = Field(default="auto", alias="ANSWER_MODE")
+    local_context_tokens: int = Field(default=700, alias="LOCAL_CONTEXT_TOKENS")
+    local_max_tokens: int = Field(default=128, alias="LOCAL_MAX_TOKENS")
+
     @property
     def lancedb_dir(self) -> Path:
         return self.index_store / "lancedb"

@@ -39,9 +39,10 @@ def attribute(turn: Turn, reply: str, documents: list[dict], mode: str) -> str:
         method = "rerank"
         floor = 0.5
     else:
-        embedder = turn.services.embedder
-        doc_vecs = embedder.embed_documents(texts)
-        sent_vecs = embedder.embed_documents(parts)
+        vecs = turn.embed_texts(
+            texts + parts
+        )  # one batched call; sentences the grounding check embedded are reused
+        doc_vecs, sent_vecs = vecs[: len(texts)], vecs[len(texts) :]
         scores = sent_vecs @ doc_vecs.T
         method = "similarity"
         floor = FLOOR
