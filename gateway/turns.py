@@ -160,6 +160,11 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
         )
 
 
+# What of the worker's `done` the message keeps besides its text; `grounding` (issue 16): the per-sentence check
+# the web marks the answer with. `reply` is already the worker's corrected final text (fixed citations, quotes).
+DONE_DETAILS = ("model", "abstained", "fetched_new_documents", "grounding")
+
+
 def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
     """Both messages and the new chat state, in one transaction. The turn lock is released here, or, for a
     chat still to be named, once the title is stored (so a reload after the turn always shows it)."""
@@ -188,7 +193,7 @@ def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
             route=done.get("route") or plan.route,
             gate=gate,
             status="complete",
-            details={k: done.get(k) for k in ("model", "abstained", "fetched_new_documents") if k in done},
+            details={k: done.get(k) for k in DONE_DETAILS if k in done},
         )
         s.add(user_msg)
         s.add(assistant)

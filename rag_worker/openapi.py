@@ -38,6 +38,20 @@ ANSWER = {
         "abstained": {"type": "boolean"},
         "model": {"type": "string"},
         "flags": {"type": "object"},
+        "grounding": {
+            "type": ["object", "null"],
+            "description": "each answer sentence checked against the passages the model read (null: no sources)",
+            "properties": {
+                "supported_share": {"type": "number", "minimum": 0, "maximum": 1},
+                "supported": {"type": "integer"},
+                "checked": {"type": "integer"},
+                "policy": {"enum": ["flag", "extract", "refuse"]},
+                "answer_mode": {"enum": ["generated", "extractive"]},
+                "action": {"enum": ["none", "flagged", "extracted", "refused"]},
+                "draft": {"type": "object"},
+                "sentences": {"type": "array", "items": {"type": "object"}},
+            },
+        },
         "timings": {"type": "object", "additionalProperties": {"type": "integer"}},
     },
 }
