@@ -42,169 +42,15 @@ _END_RE = re.compile(
 )
 _LEAD_MARK_RE = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+|#{1,6}\s+|>\s*)+")
 _WORD_RE = re.compile(r"[a-z0-9][a-z0-9_]*")
-STOPWORDS = frozenset(
-    [
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "also",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "as",
-        "at",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "doing",
-        "down",
-        "during",
-        "each",
-        "either",
-        "else",
-        "few",
-        "for",
-        "from",
-        "further",
-        "had",
-        "has",
-        "have",
-        "having",
-        "he",
-        "her",
-        "here",
-        "hers",
-        "herself",
-        "him",
-        "himself",
-        "his",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "itself",
-        "just",
-        "let",
-        "me",
-        "might",
-        "more",
-        "most",
-        "must",
-        "my",
-        "myself",
-        "no",
-        "nor",
-        "not",
-        "now",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
-        "our",
-        "ours",
-        "ourselves",
-        "out",
-        "over",
-        "own",
-        "per",
-        "same",
-        "she",
-        "should",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "themselves",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "upon",
-        "us",
-        "very",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "who",
-        "whom",
-        "whose",
-        "why",
-        "will",
-        "with",
-        "within",
-        "without",
-        "would",
-        "you",
-        "your",
-        "yours",
-        "yourself",
-        "yourselves",
-        "according",
-        "source",
-        "sources",
-        "s1",
-        "s2",
-        "s3",
-        "s4",
-        "s5",
-        "s6",
-        "s7",
-        "s8",
-        "s9",
-        "may",
-        "one",
-        "use",
-        "used",
-        "using",
-        "get",
-        "via",
-        "like",
-        "well",
-    ]
-)
+_STOPWORD_TEXT = """a about above after again against all also am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each either else few for from further had has
+    have having he her here hers herself him himself his how i if in into is it its itself just let me might
+    more most must my myself no nor not now of off on once only or other our ours ourselves out over own per
+    same she should so some such than that the their theirs them themselves then there these they this those
+    through to too under until up upon us very was we were what when where which while who whom whose why will
+    with within without would you your yours yourself yourselves according source sources s1 s2 s3 s4 s5 s6 s7
+    s8 s9 may one use used using get via like well"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
 @dataclass
@@ -455,8 +301,9 @@ def passed(grounding: dict, min_share: float) -> bool:
 class StreamWatch:
     """Checks each sentence as the stream completes it, so a draft going wrong can be stopped early.
 
-    `feed` returns True once the draft can no longer pass: its first checked sentence is unsupported, or two
-    are not supported. Used only when a failing draft would be replaced anyway (policy `extract` or `refuse`).
+    `feed` returns True once the draft is going wrong: its first checked sentence is unsupported, or at least
+    two sentences and half of those checked so far are not supported. Used only when a failing draft would be
+    replaced anyway (policy `extract` or `refuse`).
     """
 
     def __init__(self, turn: Turn, passages: dict[str, str], documents: list[dict]):
@@ -474,9 +321,8 @@ class StreamWatch:
         if not new:
             return False
         _, g = check(self.turn, " ".join(s.text for s in new), self.passages, self.documents)
+        first_unsupported = self.checked == 0 and g["sentences"][0]["label"] == "unsupported"
         for e in g["sentences"]:
             self.failed += e["label"] != "supported"
-            if self.checked == 0 and e["label"] == "unsupported":
-                self.failed = 2
             self.checked += 1
-        return self.failed >= 2
+        return first_unsupported or (self.failed >= 2 and self.failed * 2 >= self.checked)
