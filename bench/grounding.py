@@ -108,6 +108,31 @@ def load(split: str):
     return cases, texts
 
 
+CACHE = ROOT / ".cache" / "bench" / "grounding"
+
+
+def vector_cache_path(turn) -> Path:
+    """Sentence vectors of earlier runs with the same embedder (a rerun with other thresholds embeds nothing)."""
+    import hashlib
+
+    key = hashlib.sha256(turn.services.embedder.model_id.encode()).hexdigest()[:12]
+    return CACHE / f"vectors-{key}.npz"
+
+
+def load_vectors(turn) -> None:
+    path = vector_cache_path(turn)
+    if path.is_file():
+        with np.load(path, allow_pickle=False) as data:
+            turn._vectors.update(zip(data["texts"].tolist(), data["vectors"], strict=True))
+
+
+def save_vectors(turn) -> None:
+    path = vector_cache_path(turn)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    texts = list(turn._vectors)
+    np.savez(path, texts=np.array(texts), vectors=np.stack([turn._vectors[t] for t in texts]))
+
+
 def make_turn(settings):
     """A turn over the worker's real services (embedder, settings), as the pipeline builds one."""
     from rag_worker.llm import CancelToken
@@ -254,12 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     tfidf = Tfidf(texts)
     rng = random.Random(args.seed)
     turn = make_turn(settings)
+    load_vectors(turn)
     exs = examples(cases, texts, tfidf, rng)
     counts = Counter(e[0] for e in exs)
     print(f"SciFact {split}: {len(cases)} claims; examples {dict(counts)}", file=sys.stderr, flush=True)
     print(f"Machine: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs")
     if args.calibrate:
         cal = calibrate(turn, exs)
+        save_vectors(turn)
         print(f"\nSciFact train, {len(cases)} claims, {dict(counts)}\n")
         print("| similarity weight | AUC supporting vs near miss | AUC supporting vs unrelated |")
         print("|---:|---:|---:|")
@@ -281,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         f"UNGROUNDED_BELOW={settings.ungrounded_below} weight {settings.grounding_sim_weight}\n"
     )
     labels, first_gold, n_ex = evaluate(turn, exs, cases, texts, tfidf, args.limit)
+    save_vectors(turn)
     print("| answer sentence | n | supported | weak | unsupported |")
     print("|---|---:|---:|---:|---:|")
     for kind in ("supporting", "contradicted", "unrelated", "near miss"):

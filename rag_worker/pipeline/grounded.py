@@ -54,6 +54,14 @@ def apply(turn: Turn, question: str, reply: str, documents: list[dict], mode: st
     act = policy(turn)
     reply, g = grounding.check(turn, reply, passages(turn, documents), documents)
     g.update(policy=act, answer_mode=mode, action="none")
+    corrected = [s for s in g["sentences"] if s.get("corrected_from")]
+    if corrected:
+        known = {d.get("ref") for d in documents}
+        turn.flags["corrected_citations"] = len(corrected)
+        # Invented refs the check replaced never reach citations.validate: say here that the model made them up.
+        invented = [r for s in corrected for r in s["corrected_from"] if r not in known]
+        if invented:
+            turn.flags["invented_refs_corrected"] = list(dict.fromkeys(invented))
     if mode == "extractive" or grounding.passed(g, turn.settings.grounding_min_share):
         return reply, g, False
     draft = {k: g[k] for k in ("supported_share", "supported", "checked")}

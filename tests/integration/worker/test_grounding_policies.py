@@ -86,6 +86,7 @@ def test_a_grounded_answer_passes_and_an_invented_ref_is_corrected(worker, fake_
     assert sentence["label"] == "supported" and sentence["corrected_from"] == ["S9"]
     assert sentence["source"]["ref"] == eiffel and done["grounding"]["action"] == "none"
     assert [c["ref"] for c in done["citations"]] == [eiffel]
+    assert done["flags"]["invented_refs_corrected"] == ["S9"] and done["flags"]["corrected_citations"] == 1
 
 
 def test_extractive_answer_mode_quotes_without_calling_the_model(worker, fake_ollama):
