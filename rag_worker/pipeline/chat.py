@@ -16,7 +16,7 @@ from . import (
     expand,
     fetch_check,
     generate,
-    grounded,
+    grounded,  # issue 16: the grounding check and its policies
     provenance,
     relevance,
     retrieve,
