@@ -16,8 +16,8 @@ something like it, not whether it agrees (no entailment model runs).
 The extractive answer: the claim as the question, the passages its gold abstract(s) plus the 4 non-gold
 abstracts most similar to it by tf-idf (hard distractors); how often the first quote comes from a gold abstract.
 
-Calibration (train only, never test): the weight of similarity vs overlap is the grid value with the best
-separation of supporting from near-miss sentences (AUC); GROUNDED_ABOVE is the lowest threshold that labels at
+Calibration (train only, never test): the weight of similarity vs overlap is the largest grid value whose
+separation of supporting from near-miss sentences (AUC) is within 0.02 of the best one; GROUNDED_ABOVE is the lowest threshold that labels at
 most 5% of near-miss sentences supported; UNGROUNDED_BELOW the highest that leaves at most 5% of supporting
 sentences unsupported (never above GROUNDED_ABOVE). Figures, not pass/fail.
 """
@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "eval" / "scifact"
 WEIGHTS = [round(0.1 * i, 1) for i in range(0, 11)]
 GRID = [round(0.01 * i, 2) for i in range(0, 101)]
+AUC_TIE = 0.02
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 
@@ -129,6 +130,7 @@ def load_vectors(turn) -> None:
 def save_vectors(turn) -> None:
     path = vector_cache_path(turn)
     path.parent.mkdir(parents=True, exist_ok=True)
+    load_vectors(turn)  # keep what another run saved meanwhile
     texts = list(turn._vectors)
     np.savez(path, texts=np.array(texts), vectors=np.stack([turn._vectors[t] for t in texts]))
 
@@ -207,7 +209,10 @@ def calibrate(turn, exs) -> dict:
         rows.append(
             (w, auc(best["supporting"], best["near miss"]), auc(best["supporting"], best["unrelated"]), best)
         )
-    w, a_near, a_unrel, best = max(rows, key=lambda r: r[1])
+    top = max(r[1] for r in rows)
+    # Ties go to the embedder: the largest similarity weight within AUC_TIE of the best, so paraphrases count
+    # (SciFact claims reuse their abstract's terms, which flatters word overlap).
+    w, a_near, a_unrel, best = max((r for r in rows if r[1] >= top - AUC_TIE), key=lambda r: r[0])
     pos, near = best["supporting"], best["near miss"]
     grounded = next(t for t in GRID if sum(v >= t for v in near) / len(near) <= 0.05)
     ungrounded = max(t for t in GRID if sum(v < t for v in pos) / len(pos) <= 0.05)

@@ -301,7 +301,7 @@ def passed(grounding: dict, min_share: float) -> bool:
 class StreamWatch:
     """Checks each sentence as the stream completes it, so a draft going wrong can be stopped early.
 
-    `feed` returns True once the draft is going wrong: its first checked sentence is unsupported, or at least
+    `feed` returns True once the draft is going wrong: its first checked sentence is not supported, or at least
     two sentences and half of those checked so far are not supported. Used only when a failing draft would be
     replaced anyway (policy `extract` or `refuse`).
     """
@@ -321,8 +321,8 @@ class StreamWatch:
         if not new:
             return False
         _, g = check(self.turn, " ".join(s.text for s in new), self.passages, self.documents)
-        first_unsupported = self.checked == 0 and g["sentences"][0]["label"] == "unsupported"
+        first_fails = self.checked == 0 and g["sentences"][0]["label"] != "supported"
         for e in g["sentences"]:
             self.failed += e["label"] != "supported"
             self.checked += 1
-        return first_unsupported or (self.failed >= 2 and self.failed * 2 >= self.checked)
+        return first_fails or (self.failed >= 2 and self.failed * 2 >= self.checked)

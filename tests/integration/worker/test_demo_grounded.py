@@ -12,7 +12,8 @@ import run_system
 from tests.servers import ROOT, free_port, worker_process
 from tests.sse import post_events
 
-pytestmark = pytest.mark.slow
+# Building the demo index and the first model load take minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
 @pytest.fixture(scope="module")
