@@ -79,6 +79,9 @@ class TurnOptions(BaseModel):
     # The worker's own ceiling; MAX_TOKENS (quotas.check_options) may set a lower one.
     max_tokens: int | None = Field(default=None, ge=1, le=8192)
     prompts: dict[str, str] | None = Field(default=None, max_length=20)
+    # Issue 16: what to do with an answer the sources don't support, and quotes instead of generation.
+    grounding: Literal["flag", "extract", "refuse"] | None = None
+    answer_mode: Literal["auto", "extractive"] | None = None
 
     @field_validator("prompts")
     @classmethod
