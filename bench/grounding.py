@@ -198,7 +198,7 @@ def auc(pos: list[float], neg: list[float]) -> float:
     return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * len(neg)) if pos and neg else float("nan")
 
 
-def calibrate(turn, exs) -> dict:
+def calibrate(turn, exs, weight: float | None = None) -> dict:
     feats = [(ex[0], features(turn, ex)) for ex in exs]
     rows = []
     for w in WEIGHTS:
@@ -213,6 +213,8 @@ def calibrate(turn, exs) -> dict:
     # Ties go to the embedder: the largest similarity weight within AUC_TIE of the best, so paraphrases count
     # (SciFact claims reuse their abstract's terms, which flatters word overlap).
     w, a_near, a_unrel, best = max((r for r in rows if r[1] >= top - AUC_TIE), key=lambda r: r[0])
+    if weight is not None:  # fixed by a fuller run's table
+        w, a_near, a_unrel, best = next(r for r in rows if abs(r[0] - weight) < 1e-9)
     pos, near = best["supporting"], best["near miss"]
     grounded = next(t for t in GRID if sum(v >= t for v in near) / len(near) <= 0.05)
     ungrounded = max(t for t in GRID if sum(v < t for v in pos) / len(pos) <= 0.05)
@@ -269,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="train split: choose weight and thresholds")
     parser.add_argument("--limit", type=int, default=None, help="at most this many claims")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--weight", type=float, default=None, help="--calibrate: fix the similarity weight")
     args = parser.parse_args(argv)
     if not (SCIFACT / "corpus.jsonl").is_file():
         print(f"SciFact not found at {SCIFACT} (the shared eval folder)", file=sys.stderr)
@@ -290,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SciFact {split}: {len(cases)} claims; examples {dict(counts)}", file=sys.stderr, flush=True)
     print(f"Machine: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs")
     if args.calibrate:
-        cal = calibrate(turn, exs)
+        cal = calibrate(turn, exs, args.weight)
         save_vectors(turn)
         print(f"\nSciFact train, {len(cases)} claims, {dict(counts)}\n")
         print("| similarity weight | AUC supporting vs near miss | AUC supporting vs unrelated |")
