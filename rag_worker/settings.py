@@ -109,8 +109,8 @@ class Settings(BaseSettings):
     # supported; otherwise GROUNDING_POLICY acts: flag (keep, mark), extract (quote the sources instead), refuse.
     # Empty: extract for the embedded model, flag for Ollama.
     grounding_policy: Literal["", "flag", "extract", "refuse"] = Field(default="", alias="GROUNDING_POLICY")
-    grounded_above: float = Field(default=0.62, alias="GROUNDED_ABOVE")
-    ungrounded_below: float = Field(default=0.45, alias="UNGROUNDED_BELOW")
+    grounded_above: float = Field(default=0.63, alias="GROUNDED_ABOVE")
+    ungrounded_below: float = Field(default=0.47, alias="UNGROUNDED_BELOW")
     grounding_sim_weight: float = Field(default=0.5, alias="GROUNDING_SIM_WEIGHT")
     grounding_min_share: float = Field(default=0.8, alias="GROUNDING_MIN_SHARE")
     # The embedded model: `auto` generates, checks and falls back to the extractive answer (with the default
