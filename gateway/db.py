@@ -98,7 +98,7 @@ class Message(SQLModel, table=True):
     gate: dict = json_dict_column()  # the layer-1 decision: {"route", "reason"}
     status: str = Field(default="complete", max_length=16)  # running | complete | interrupted | failed
     error: str | None = None
-    details: dict = json_dict_column()  # model, abstained, fetched_new_documents
+    details: dict = json_dict_column()  # model, abstained, fetched_new_documents, grounding
     created_at: datetime = Field(default_factory=utcnow)
 
 

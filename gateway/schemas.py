@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -61,6 +61,9 @@ class ChatUpdate(Body):
 PROMPT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
+StopSequence = Annotated[str, Field(min_length=1, max_length=200)]
+
+
 class TurnOptions(BaseModel):
     """Per-turn switches sent to the worker: exactly the worker's `options` (WORKER_API.md, its
     rag_worker.schemas.Options, checked field by field in tests) less `route`, which the gate decides.
@@ -79,6 +82,11 @@ class TurnOptions(BaseModel):
     # The worker's own ceiling; MAX_TOKENS (quotas.check_options) may set a lower one.
     max_tokens: int | None = Field(default=None, ge=1, le=8192)
     prompts: dict[str, str] | None = Field(default=None, max_length=20)
+    # Issue 16: what to do with an answer the sources don't support, and quotes instead of generation.
+    grounding: Literal["flag", "extract", "refuse"] | None = None
+    answer_mode: Literal["auto", "extractive"] | None = None
+    # Generation ends before the first of these (OpenAI's `stop`).
+    stop: list[StopSequence] | None = Field(default=None, max_length=4)
 
     @field_validator("prompts")
     @classmethod

@@ -30,6 +30,8 @@ class WorkerAnswer(BaseModel):
     model: str | None = None
     abstained: bool = False
     fetched_new_documents: bool = False
+    # The per-sentence grounding check (issue 16); the web marks the stored answer with it.
+    grounding: dict[str, Any] | None = None
 
     @property
     def details(self) -> dict[str, Any]:
@@ -37,6 +39,7 @@ class WorkerAnswer(BaseModel):
             "model": self.model,
             "abstained": self.abstained,
             "fetched_new_documents": self.fetched_new_documents,
+            "grounding": self.grounding,
         }
 
     def history_json(self) -> list[dict]:

@@ -31,6 +31,25 @@ class Citation(_Open):
     page: int | None = None
 
 
+class GroundedSentence(_Open):
+    text: str
+    label: Literal["supported", "weak", "unsupported"]
+    score: float
+    refs: list[str] = Field(default_factory=list)
+
+
+class Grounding(_Open):
+    """Each answer sentence checked against the passages the model read (pipeline/grounding.py)."""
+
+    supported_share: float = Field(ge=0, le=1)
+    supported: int
+    checked: int
+    policy: Literal["flag", "extract", "refuse"] | None = None
+    answer_mode: Literal["generated", "extractive"] | None = None
+    action: Literal["none", "flagged", "extracted", "refused"] | None = None
+    sentences: list[GroundedSentence]
+
+
 class Answer(_Open):
     """`POST /chat`'s answer and the `done` event of `/chat_stream`."""
 
@@ -47,6 +66,9 @@ class Answer(_Open):
     llm_backend: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict)
     timings: dict[str, int] = Field(default_factory=dict)
+    grounding: Grounding | None = Field(
+        default=None, description="null: no sources (direct or sql route, or abstained)"
+    )
 
 
 class Step(_Open):

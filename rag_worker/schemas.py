@@ -89,6 +89,8 @@ class Options(_Strict):
     # Generation ends before the first of these (OpenAI's `stop`); the text up to it is the reply.
     stop: list[StopSequence] | None = Field(default=None, max_length=4)
     prompts: dict[str, str] | None = None
+    grounding: Literal["flag", "extract", "refuse"] | None = None
+    answer_mode: Literal["auto", "extractive"] | None = None
 
 
 class ChatRequest(_Strict):

@@ -145,6 +145,23 @@ class Settings(BaseSettings):
     def origins(self) -> frozenset[str]:
         return parse_origins(self.allowed_origins)
 
+    # Grounding (rag_worker/pipeline/grounding.py): each answer sentence is scored against the passages the model
+    # read; thresholds and weight calibrated on SciFact train by `python -m bench.grounding --calibrate`
+    # (docs/benchmarks.md, "Grounding"). An answer passes when at least GROUNDING_MIN_SHARE of its sentences are
+    # supported; otherwise GROUNDING_POLICY acts: flag (keep, mark), extract (quote the sources instead), refuse.
+    # Empty: extract for the embedded model, flag for Ollama.
+    grounding_policy: Literal["", "flag", "extract", "refuse"] = Field(default="", alias="GROUNDING_POLICY")
+    grounded_above: float = Field(default=0.63, alias="GROUNDED_ABOVE")
+    ungrounded_below: float = Field(default=0.47, alias="UNGROUNDED_BELOW")
+    grounding_sim_weight: float = Field(default=0.5, alias="GROUNDING_SIM_WEIGHT")
+    grounding_min_share: float = Field(default=0.8, alias="GROUNDING_MIN_SHARE")
+    # The embedded model: `auto` generates, checks and falls back to the extractive answer (with the default
+    # policy); `extractive` answers with quotes at once, no generation. Its prompt holds the best passages whole
+    # up to LOCAL_CONTEXT_TOKENS, and it writes at most LOCAL_MAX_TOKENS unless the request says otherwise.
+    answer_mode: Literal["auto", "extractive"] = Field(default="auto", alias="ANSWER_MODE")
+    local_context_tokens: int = Field(default=700, alias="LOCAL_CONTEXT_TOKENS")
+    local_max_tokens: int = Field(default=128, alias="LOCAL_MAX_TOKENS")
+
     @property
     def lancedb_dir(self) -> Path:
         return self.index_store / "lancedb"

@@ -16,6 +16,7 @@ from . import (
     expand,
     fetch_check,
     generate,
+    grounded,  # issue 16: the grounding check and its policies
     provenance,
     relevance,
     retrieve,
@@ -46,6 +47,8 @@ def resolve_options(services: Services, request: ChatRequest) -> TurnOptions:
         max_tokens=o.max_tokens,
         prompts=dict(o.prompts or {}),
         stop=list(o.stop or []),
+        grounding=o.grounding,
+        answer_mode=o.answer_mode,
     )
 
 
@@ -130,12 +133,18 @@ def _run(turn: Turn) -> Iterator[Event]:
     answer_parts: list[str] = []
     yield turn.step("generating", "Writing the answer" if not abstained else "Not enough evidence to answer")
     t_gen = time.monotonic()
+    watch = None
+    answer_mode = "generated"
     if abstained:
         pieces: Iterator[str] = generate.words_of(turn.prompt("abstain"))
+    elif route == "rag" and documents and grounded.extractive_only(turn):
+        answer_mode = "extractive"
+        pieces = generate.words_of(grounded.quote(turn, query, documents))
     else:
         if route in ("rag", "sql"):
             system = generate.sources_message(turn, documents)
             messages = generate.llm_messages(turn, turn.prompt("system"), system)
+            watch = grounded.watch(turn, documents) if route == "rag" else None
         else:
             messages = generate.llm_messages(turn, turn.prompt("direct"), None)
         pieces = generate.stream_answer(turn, messages)
@@ -145,10 +154,20 @@ def _run(turn: Turn) -> Iterator[Event]:
             turn.timings["first_token_ms"] = turn.elapsed_ms()
         answer_parts.append(piece)
         yield Token(piece)
+        if watch is not None and watch.feed(piece):
+            pieces.close()  # the draft can no longer pass the check: stop the model, the policy replaces it
+            turn.flags["draft_stopped"] = True
+            break
     turn.timings["generate_ms"] = int((time.monotonic() - t_gen) * 1000)
     reply = "".join(answer_parts).strip()
 
     cited: list[dict] = []
+    if route == "rag" and not abstained and documents:
+        yield turn.step("grounding", "Checking each sentence against the sources")
+        with turn.timed("grounding_ms"):
+            reply, turn.grounding, abstained = grounded.apply(turn, query, reply, documents, answer_mode)
+        yield turn.step("grounding", grounded.summary(turn.grounding), turn.grounding["action"])
+        turn.flags["grounding"] = turn.grounding["action"]
     if route in ("rag", "sql") and not abstained:
         yield turn.step("verifying", "Checking citations")
         reply, cited, invented = citations.validate(reply, documents)
@@ -219,7 +238,7 @@ def _retrieve(turn: Turn, query: str):
         return [], True
     # Passages far below the evidence floor would only be noise on the cards and in the prompt.
     floor = turn.settings.abstain_below
-    top = [h for h in hits[: opts.top_k] if h.vector_score is None or h.vector_score >= floor]
+    top = grounded.above_floor(turn, query, hits[: opts.top_k], floor)
     documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
     yield turn.step("expanding", "Adding neighbouring passages")
     with turn.timed("expand_ms"):
@@ -257,6 +276,7 @@ def _answer(
         "route": route,
         "citations": cited,
         "abstained": abstained,
+        "grounding": turn.grounding,
         "model": turn.generation_model,
         "llm_backend": turn.llm.backend.backend,
         "flags": turn.flags,

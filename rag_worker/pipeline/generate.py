@@ -12,13 +12,54 @@ DOC_CHARS = 2400  # per document, so one long context can't crowd out the others
 
 def sources_message(turn: Turn, documents: list[dict]) -> str:
     lines = [turn.prompt("sources")]
-    for d in documents:
+    bodies = local_bodies(turn, documents) if is_local(turn) else None
+    turn.read = {}
+    for i, d in enumerate(documents):
         where = d["filename"] or d["id"]
         if d.get("page") is not None:
             where += f", page {d['page']}"
-        body = (d.get("context") or d["text"]).strip()[:DOC_CHARS]
+        body = (d.get("context") or d["text"]).strip()[:DOC_CHARS] if bodies is None else bodies[i]
+        if body is None:
+            continue
+        turn.read[d["ref"]] = body
         lines.append(f"\n[{d['ref']}] {where}\n{body}")
     return "\n".join(lines)
+
+
+def is_local(turn: Turn) -> bool:
+    return getattr(turn.llm.backend, "backend", None) == "local"
+
+
+def local_bodies(turn: Turn, documents: list[dict]) -> list[str | None]:
+    """What the embedded model reads of each document within LOCAL_CONTEXT_TOKENS: the best passages whole (with
+    their neighbours when they fit, else the passage alone), the rest left out (None); only the first is cut
+    when even it alone is too long. A small model reading five cut passages took 22 s to its first token."""
+    budget = turn.settings.local_context_tokens
+    count = turn.services.embedder.count_tokens
+    out: list[str | None] = []
+    for d in documents:
+        fitted = None
+        for text in (d.get("context"), d["text"]):
+            if text and count(text) + 8 <= budget:
+                fitted = text.strip()
+                break
+        if fitted is None and not any(out):
+            fitted = _cut(d["text"].strip(), budget, count)
+        if fitted is not None:
+            budget -= count(fitted) + 8
+        out.append(fitted)
+    return out
+
+
+def _cut(text: str, budget: int, count) -> str:
+    """The longest run of `text`'s leading paragraphs (or, failing that, characters) within budget tokens."""
+    kept = ""
+    for para in text.split("\n\n"):
+        candidate = f"{kept}\n\n{para}" if kept else para
+        if count(candidate) > budget:
+            break
+        kept = candidate
+    return kept or text[: budget * 3]
 
 
 def llm_messages(turn: Turn, system: str, sources: str | None) -> list[dict]:
@@ -52,7 +93,7 @@ def stream_answer(turn: Turn, messages: list[dict]) -> Iterator[str]:
         messages,
         model=turn.generation_model,
         temperature=turn.options.temperature,
-        max_tokens=turn.options.max_tokens,
+        max_tokens=turn.options.max_tokens or (turn.settings.local_max_tokens if is_local(turn) else None),
         cancel=turn.cancel,
     )
     with contextlib.closing(stream):  # leaving early (a stop sequence, a client gone) stops the model

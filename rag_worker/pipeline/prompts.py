@@ -48,6 +48,14 @@ DEFAULTS: dict[str, str] = {
         "I could not find anything in the indexed documents that answers this question, so I won't guess. "
         "Try rephrasing it, widening the dataset selection, or adding documents that cover it."
     ),
+    "ungrounded": (
+        "I found sources for this question, but the answer I drafted was not supported by them, so I won't show "
+        "it. The sources are listed above; try rephrasing the question."
+    ),
+    "extract_caveat": (
+        "The drafted answer was not supported by the sources, so here are the passages that best match the "
+        "question instead."
+    ),
 }
 
 

@@ -51,7 +51,7 @@ def document_vectors(turn: Turn, documents: list[dict], texts: list[str]) -> np.
         else:
             missing.append(row)
     if missing:
-        out[missing] = turn.services.embedder.embed_documents([texts[i] for i in missing])
+        out[missing] = turn.embed_texts([texts[i] for i in missing])
     return out
 
 
@@ -70,9 +70,10 @@ def attribute(turn: Turn, reply: str, documents: list[dict], mode: str) -> str:
         method = "rerank"
         floor = 0.5
     else:
-        embedder = turn.services.embedder
+        # Stored chunk vectors where the index has them; the answer's sentences through the turn's cache (the
+        # grounding check embedded most of them already).
         doc_vecs = document_vectors(turn, documents, texts)
-        sent_vecs = embedder.embed_documents(parts)
+        sent_vecs = turn.embed_texts(parts)
         scores = sent_vecs @ doc_vecs.T
         method = "similarity"
         floor = FLOOR

@@ -40,6 +40,8 @@ class TurnOptions:
     max_tokens: int | None
     prompts: dict[str, str]
     stop: list[str] = field(default_factory=list)
+    grounding: str | None = None  # None: the backend's default (grounded.policy)
+    answer_mode: str | None = None
 
 
 @dataclass
@@ -52,6 +54,10 @@ class Turn:
     started: float = field(default_factory=time.monotonic)
     timings: dict[str, int] = field(default_factory=dict)
     flags: dict[str, object] = field(default_factory=dict)
+    # What the generator read, {ref: text} (set by generate.sources_message), and the grounding check's result.
+    read: dict[str, str] = field(default_factory=dict)
+    grounding: dict | None = None
+    _vectors: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def settings(self):
@@ -80,6 +86,16 @@ class Turn:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.services.embedder.embed_query(text)
+
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        """Embeddings of `texts`, computed once per turn: the missing ones in one batched call, the rest reused
+        (the grounding check, the extractive answer and provenance embed many of the same sentences)."""
+        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        if missing:
+            for text, vec in zip(missing, self.services.embedder.embed_documents(missing), strict=True):
+                self._vectors[text] = vec
+        dim = self.services.embedder.dim
+        return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, dim), dtype=np.float32)
 
     def utility_chat(self, messages: list[dict], max_tokens: int = 64) -> str:
         """A short call to the utility model; the caller falls back to its model-free answer on failure."""

@@ -272,6 +272,41 @@ def test_the_stop_button_cancels_the_turn(page: Page, ollama):
     expect(page.locator("#composer-input")).to_be_focused()
 
 
+def test_an_invented_answer_is_flagged_and_its_sentences_marked(page: Page, ollama):
+    invented = (
+        "Ducks migrate to the moon every winter on rockets [S1]. "
+        "They pay their taxes in gold coins to the king of Sweden [S1]."
+    )
+
+    def responder(model, messages, body):
+        asks_yes_no = any("answer yes or no" in str(m.get("content") or "").lower() for m in messages)
+        return (
+            invented
+            if model.startswith("qwen3:8b") and not asks_yes_no
+            else default_responder(model, messages, body)
+        )
+
+    ollama.responder = responder
+    new_chat(page)
+    ask(page, "What does the duck like to eat?")
+    wait_turn_end(page)
+    turn = last_turn(page)
+    # Ollama's default policy is `flag`: the answer stays, each unsupported sentence is marked, a banner says so.
+    expect(turn.locator(".grounding-badge")).to_have_text("grounded 0/2 sentences")
+    expect(turn.locator(".grounding-note")).to_have_text(
+        "2 sentences are not supported by the sources and are marked."
+    )
+    marks = turn.locator(".answer mark.ungrounded")
+    expect(marks).to_have_count(2)
+    expect(marks.first).to_contain_text("Ducks migrate to the moon")
+    expect(turn.locator(".answer a.cite")).to_have_count(2)  # citations still link inside the marked text
+    # The stored message keeps the check: a reload shows the same marks.
+    page.reload()
+    turn = last_turn(page)
+    expect(turn.locator(".grounding-badge")).to_have_text("grounded 0/2 sentences")
+    expect(turn.locator(".answer mark.ungrounded")).to_have_count(2)
+
+
 def test_hostile_markup_renders_inert(page: Page, ollama):
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from rag_worker.pipeline import provenance
+from rag_worker.pipeline.turn import Turn
 from tests.unit.test_store import CORPUS, filled, store  # noqa: F401 - fixtures
 
 
@@ -40,10 +42,19 @@ def test_stored_vectors_come_back_by_id_and_unknown_ids_are_skipped(filled):  # 
     assert filled.vectors("default", []) == {}
 
 
+def _turn(chunks, embedder) -> SimpleNamespace:
+    """The parts of a Turn provenance uses, with the Turn's own per-turn embedding cache."""
+    turn = SimpleNamespace(
+        services=SimpleNamespace(store=chunks, embedder=embedder, reranker=None), _vectors={}
+    )
+    turn.embed_texts = partial(Turn.embed_texts, turn)
+    return turn
+
+
 def test_provenance_embeds_only_the_answer_for_indexed_documents(filled):  # noqa: F811
     docs = docs_for(filled, "how many vacation days do employees get")
     counting = CountingEmbedder(filled.embedder)
-    turn = SimpleNamespace(services=SimpleNamespace(store=filled, embedder=counting, reranker=None))
+    turn = _turn(filled, counting)
     reply = "Employees are entitled to 25 days of paid vacation per calendar year [S1]."
     assert provenance.attribute(turn, reply, docs, "similarity") == "similarity"
     assert counting.embedded == ["Employees are entitled to 25 days of paid vacation per calendar year."]
@@ -56,7 +67,7 @@ def test_documents_the_index_lacks_are_embedded_from_their_text(filled):  # noqa
     docs = docs_for(filled, "when does the office open")
     outsider = {**docs[0], "id": "gone-from-the-index", "ref": "S9", "text": "Parking is free for visitors."}
     counting = CountingEmbedder(filled.embedder)
-    turn = SimpleNamespace(services=SimpleNamespace(store=filled, embedder=counting, reranker=None))
+    turn = _turn(filled, counting)
     vecs = provenance.document_vectors(turn, [docs[0], outsider], [docs[0]["text"], outsider["text"]])
     assert counting.embedded == ["Parking is free for visitors."]
     assert vecs.shape == (2, filled.embedder.dim)

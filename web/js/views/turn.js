@@ -2,6 +2,7 @@
 // end state (done, stopped, interrupted, failed). Used both for a live turn and for a stored one.
 
 import { announce, formatSeconds, h, icon } from "../dom.js";
+import { groundingBadge, groundingBanner, markUnsupported } from "../grounding.js";
 import { linkCitations, renderMarkdown } from "../markdown.js";
 
 let turnCounter = 0;
@@ -20,6 +21,7 @@ const STEP_NAMES = {
   provenance: "Measuring source use",
   verifying: "Checking citations",
   sql: "Computing over tables",
+  grounding: "Checking the answer against the sources",
 };
 
 const ROUTE_NAMES = { rag: "Search your documents", direct: "Answer directly", sql: "Compute over tables" };
@@ -41,6 +43,7 @@ export class AssistantMessage {
     this.steps = [];
     this.state = "streaming";
     this.renderScheduled = false;
+    this.grounding = null;
 
     this.stepList = h("ol", { class: "step-list" });
     this.stepSummary = h("span", { class: "steps-summary-text", text: "Working…" });
@@ -60,12 +63,23 @@ export class AssistantMessage {
     );
     this.answer = h("div", { class: "answer markdown" });
     this.status = h("p", { class: "turn-status", hidden: true });
+    this.groundingNote = h("p", { class: "grounding-note", role: "note", hidden: true });
     this.meta = h("p", { class: "turn-meta muted", hidden: true });
     this.element = h(
       "article",
       { class: "message assistant streaming", "aria-label": "Answer", "aria-busy": "true", dataset: { turn: this.key } },
       h("div", { class: "bot-mark", "aria-hidden": "true", text: "◆" }),
-      h("div", { class: "message-body" }, this.stepsBox, this.rewritten, this.sources, this.answer, this.status, this.meta),
+      h(
+        "div",
+        { class: "message-body" },
+        this.stepsBox,
+        this.rewritten,
+        this.sources,
+        this.groundingNote,
+        this.answer,
+        this.status,
+        this.meta,
+      ),
     );
     this.element.addEventListener("click", (event) => this.onCitationClick(event));
   }
@@ -140,7 +154,9 @@ export class AssistantMessage {
   /** The `done` payload: the reply is authoritative, documents now carry provenance. */
   finish(done) {
     this.state = "done";
+    // The final text replaces the streamed one: citations corrected, or quotes instead of an ungrounded draft.
     if (typeof done.reply === "string") this.text = done.reply;
+    this.grounding = done.grounding || null;
     if (Array.isArray(done.documents) && done.documents.length) this.setDocuments(done.documents);
     this.renderAnswer();
     this.showRewritten(done.question, done.rewritten);
@@ -150,6 +166,7 @@ export class AssistantMessage {
     if (typeof done.timings?.total_ms === "number") parts.push(formatSeconds(done.timings.total_ms));
     if (done.abstained) parts.push("not enough evidence to answer");
     this.showMeta(parts);
+    this.showGrounding();
     this.settle();
     announce(`Answer: ${this.answer.textContent.slice(0, 400)}`);
   }
@@ -201,6 +218,7 @@ export class AssistantMessage {
     const status = message.status || "complete";
     if (status === "complete") {
       this.state = "done";
+      this.grounding = message.details?.grounding || null;
       this.renderAnswer();
       this.showRewritten(question, message.rewritten);
       this.endSteps(message.timings?.total_ms);
@@ -210,6 +228,7 @@ export class AssistantMessage {
       if (typeof message.timings?.total_ms === "number") parts.push(formatSeconds(message.timings.total_ms));
       if (details.abstained) parts.push("not enough evidence to answer");
       this.showMeta(parts);
+      this.showGrounding();
       this.stepsBox.open = false;
       this.settle();
     } else if (status === "failed") {
@@ -228,6 +247,7 @@ export class AssistantMessage {
 
   renderAnswer() {
     const fragment = renderMarkdown(this.text);
+    if (this.state === "done") markUnsupported(fragment, this.grounding);
     linkCitations(fragment, (ref) => this.citationLink(ref));
     this.answer.replaceChildren(fragment);
   }
@@ -353,6 +373,18 @@ export class AssistantMessage {
     this.status.replaceChildren(icon(kind === "stopped" ? "stop" : "alert"), h("span", { text }));
     this.status.className = `turn-status ${kind}`;
     this.status.hidden = false;
+  }
+
+  showGrounding() {
+    const badge = groundingBadge(this.grounding);
+    if (badge) {
+      this.meta.append(this.meta.textContent ? " · " : "", badge);
+      this.meta.hidden = false;
+    }
+    const banner = groundingBanner(this.grounding);
+    this.groundingNote.textContent = banner || "";
+    this.groundingNote.hidden = !banner;
+    this.answer.classList.toggle("extractive", this.grounding?.answer_mode === "extractive");
   }
 
   showMeta(parts) {

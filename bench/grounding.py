@@ -1,0 +1,344 @@
+"""How well the grounding check and the extractive answer work, measured on SciFact claims and gold abstracts.
+
+    .venv/bin/python -m bench.grounding                # test split, with the worker's thresholds
+    .venv/bin/python -m bench.grounding --calibrate    # train split: choose the weight and the thresholds
+
+Each claim with a SUPPORT-labelled gold abstract gives three "answer sentences" checked against that abstract
+(the passage the model read), through the real `grounding.check`:
+- supporting: the claim itself (a paraphrase of the abstract's evidence sentence): should be `supported`;
+- unrelated: a sentence of a random other claim's gold abstract: should be `unsupported`;
+- near miss: the sentence closest to the claim (by tf-idf) in the most similar non-gold abstract of the corpus:
+  same field and vocabulary, other finding; should be `unsupported` (the hard case).
+Precision and recall per label: `supported` against the supporting set, `unsupported` against the unrelated (and,
+separately, near-miss) set. CONTRADICT claims are reported on their own: the check measures whether the text says
+something like it, not whether it agrees (no entailment model runs).
+
+The extractive answer: the claim as the question, the passages its gold abstract(s) plus the 4 non-gold
+abstracts most similar to it by tf-idf (hard distractors); how often the first quote comes from a gold abstract.
+
+Calibration (train only, never test): the weight of similarity vs overlap is the largest grid value whose
+separation of supporting from near-miss sentences (AUC) is within 0.02 of the best one; GROUNDED_ABOVE is the lowest threshold that labels at
+most 5% of near-miss sentences supported; UNGROUNDED_BELOW the highest that leaves at most 5% of supporting
+sentences unsupported (never above GROUNDED_ABOVE). Figures, not pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import random
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from bench import beir
+
+ROOT = Path(__file__).resolve().parents[1]
+SCIFACT = ROOT.parent / "shared" / "eval" / "scifact"
+WEIGHTS = [round(0.1 * i, 1) for i in range(0, 11)]
+GRID = [round(0.01 * i, 2) for i in range(0, 101)]
+AUC_TIE = 0.02
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+# -- tf-idf for distractors (no extra dependency) ----------------------------------------------------------------
+
+
+class Tfidf:
+    def __init__(self, docs: dict[str, str]):
+        self.ids = list(docs)
+        df: Counter = Counter()
+        tfs = []
+        for d in self.ids:
+            tf = Counter(_TOKEN.findall(docs[d].lower()))
+            tfs.append(tf)
+            df.update(tf.keys())
+        n = len(self.ids)
+        self.idf = {w: math.log((n + 1) / (c + 1)) + 1 for w, c in df.items()}
+        self.index: dict[str, list[tuple[int, float]]] = {}
+        for i, tf in enumerate(tfs):
+            vec = {w: (1 + math.log(c)) * self.idf[w] for w, c in tf.items()}
+            norm = math.sqrt(sum(v * v for v in vec.values())) or 1.0
+            for w, v in vec.items():
+                self.index.setdefault(w, []).append((i, v / norm))
+
+    def vector(self, text: str) -> dict[str, float]:
+        tf = Counter(_TOKEN.findall(text.lower()))
+        vec = {w: (1 + math.log(c)) * self.idf[w] for w, c in tf.items() if w in self.idf}
+        norm = math.sqrt(sum(v * v for v in vec.values())) or 1.0
+        return {w: v / norm for w, v in vec.items()}
+
+    def top(self, text: str, k: int, exclude: set[str]) -> list[str]:
+        scores: Counter = Counter()
+        for w, qv in self.vector(text).items():
+            for i, dv in self.index.get(w, ()):
+                scores[i] += qv * dv
+        out = []
+        for i, _ in scores.most_common(k + len(exclude)):
+            if self.ids[i] not in exclude:
+                out.append(self.ids[i])
+            if len(out) == k:
+                break
+        return out
+
+    def similarity(self, a: str, b: str) -> float:
+        va, vb = self.vector(a), self.vector(b)
+        return sum(v * vb.get(w, 0.0) for w, v in va.items())
+
+
+# -- data ---------------------------------------------------------------------------------------------------------
+
+
+def load(split: str):
+    data = beir.load(SCIFACT, split)
+    meta = {row["_id"]: row.get("metadata") or {} for row in beir.iter_jsonl(SCIFACT / "queries.jsonl")}
+    texts = {d: f"{v['title']}\n\n{v['text']}" for d, v in data.corpus.items()}
+    cases = []
+    for qid, rels in sorted(data.qrels.items(), key=lambda kv: beir._natural(kv[0])):
+        gold = [d for d, r in rels.items() if r > 0 and d in texts]
+        labels = {d: {e.get("label") for e in meta.get(qid, {}).get(d, [])} for d in gold}
+        if gold:
+            cases.append({"qid": qid, "claim": data.queries[qid], "gold": gold, "labels": labels})
+    return cases, texts
+
+
+CACHE = ROOT / ".cache" / "bench" / "grounding"
+
+
+def vector_cache_path(turn) -> Path:
+    """Sentence vectors of earlier runs with the same embedder (a rerun with other thresholds embeds nothing)."""
+    import hashlib
+
+    key = hashlib.sha256(turn.services.embedder.model_id.encode()).hexdigest()[:12]
+    return CACHE / f"vectors-{key}.npz"
+
+
+def load_vectors(turn) -> None:
+    path = vector_cache_path(turn)
+    if path.is_file():
+        with np.load(path, allow_pickle=False) as data:
+            turn._vectors.update(zip(data["texts"].tolist(), data["vectors"], strict=True))
+
+
+def save_vectors(turn) -> None:
+    path = vector_cache_path(turn)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    load_vectors(turn)  # keep what another run saved meanwhile
+    texts = list(turn._vectors)
+    np.savez(path, texts=np.array(texts), vectors=np.stack([turn._vectors[t] for t in texts]))
+
+
+def make_turn(settings):
+    """A turn over the worker's real services (embedder, settings), as the pipeline builds one."""
+    from rag_worker.llm import CancelToken
+    from rag_worker.pipeline.turn import Turn, TurnOptions
+    from rag_worker.schemas import ChatRequest
+    from rag_worker.services import Services
+
+    services = Services(settings)
+    opts = TurnOptions("rag", False, False, False, "hybrid", 5, "similarity", None, None, None, {})
+    llm = SimpleNamespace(backend=SimpleNamespace(backend="bench"))
+    return Turn(services, ChatRequest(prompt="bench"), opts, llm, CancelToken())
+
+
+def examples(cases, texts, tfidf, rng):
+    """(kind, answer sentence, ref->passage, claim case) for each case: supporting, unrelated, near miss."""
+    from rag_worker.pipeline.grounding import passage_sentences
+
+    out = []
+    golds = [g for c in cases for g in c["gold"]]
+    for c in cases:
+        gold = c["gold"][0]
+        passages = {"S1": texts[gold]}
+        kind = (
+            "supporting"
+            if "SUPPORT" in c["labels"][gold]
+            else ("contradicted" if "CONTRADICT" in c["labels"][gold] else None)
+        )
+        if kind:
+            out.append((kind, c["claim"], passages, c))
+        other = rng.choice([g for g in golds if g not in c["gold"]])
+        sents = passage_sentences("x", texts[other])
+        if sents:
+            out.append(("unrelated", rng.choice(sents).text, passages, c))
+        near = tfidf.top(texts[gold], 1, set(c["gold"]))
+        if near:
+            sents = passage_sentences("x", texts[near[0]])
+            if sents:
+                best = max(sents, key=lambda s: tfidf.similarity(c["claim"], s.text))
+                out.append(("near miss", best.text, passages, c))
+    return out
+
+
+# -- measuring ------------------------------------------------------------------------------------------------------
+
+
+def features(turn, ex):
+    """(sim, lex) matrices of one answer sentence against the passage sentences."""
+    from rag_worker.pipeline.grounding import content_words, lexical, passage_sentences
+
+    _, sentence, passages, _ = ex
+    plist = [p for ref, text in passages.items() for p in passage_sentences(ref, text)]
+    vecs = turn.embed_texts([sentence] + [p.text for p in plist])
+    return vecs[1:] @ vecs[0], lexical(content_words(sentence), plist)
+
+
+def auc(pos: list[float], neg: list[float]) -> float:
+    allv = sorted([(v, 1) for v in pos] + [(v, 0) for v in neg])
+    rank_sum, n_pos = 0.0, len(pos)
+    for r, (_, is_pos) in enumerate(allv, 1):
+        rank_sum += r * is_pos
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * len(neg)) if pos and neg else float("nan")
+
+
+def calibrate(turn, exs, weight: float | None = None) -> dict:
+    feats = [(ex[0], features(turn, ex)) for ex in exs]
+    rows = []
+    for w in WEIGHTS:
+        best = {k: [] for k in ("supporting", "unrelated", "near miss")}
+        for kind, (sim, lex) in feats:
+            if kind in best and len(sim):
+                best[kind].append(float((w * sim + (1 - w) * lex).max()))
+        rows.append(
+            (w, auc(best["supporting"], best["near miss"]), auc(best["supporting"], best["unrelated"]), best)
+        )
+    top = max(r[1] for r in rows)
+    # Ties go to the embedder: the largest similarity weight within AUC_TIE of the best, so paraphrases count
+    # (SciFact claims reuse their abstract's terms, which flatters word overlap).
+    w, a_near, a_unrel, best = max((r for r in rows if r[1] >= top - AUC_TIE), key=lambda r: r[0])
+    if weight is not None:  # fixed by a fuller run's table
+        w, a_near, a_unrel, best = next(r for r in rows if abs(r[0] - weight) < 1e-9)
+    pos, near = best["supporting"], best["near miss"]
+    grounded = next(t for t in GRID if sum(v >= t for v in near) / len(near) <= 0.05)
+    ungrounded = max(t for t in GRID if sum(v < t for v in pos) / len(pos) <= 0.05)
+    return {
+        "weight": w,
+        "grounded_above": grounded,
+        "ungrounded_below": min(ungrounded, grounded),
+        "table": [(r[0], r[1], r[2]) for r in rows],
+        "scores": best,
+    }
+
+
+def evaluate(turn, exs, cases, texts, tfidf, limit_extractive: int | None):
+    from rag_worker.pipeline import extractive, grounding
+
+    labels: dict[str, Counter] = {}
+    for kind, sentence, passages, _ in exs:
+        docs = [{"ref": "S1", "id": "gold", "filename": "gold.txt", "text": passages["S1"]}]
+        _, g = grounding.check(turn, f"{sentence}", passages, docs)
+        lab = g["sentences"][0]["label"] if g["sentences"] else "skipped"
+        labels.setdefault(kind, Counter())[lab] += 1
+    first_gold = n_ex = 0
+    for c in cases[:limit_extractive]:
+        distractors = tfidf.top(c["claim"], 4, set(c["gold"]))
+        ids = c["gold"] + distractors
+        order = sorted(ids, key=lambda d: -tfidf.similarity(c["claim"], texts[d]))  # a retrieval-like order
+        docs = [
+            {"ref": f"S{i + 1}", "id": d, "filename": f"{d}.txt", "text": texts[d]}
+            for i, d in enumerate(order)
+        ]
+        passages = {d["ref"]: d["text"] for d in docs}
+        reply = extractive.answer(turn, c["claim"], passages, docs)
+        m = re.search(r"\[(S\d+)\]", reply)
+        n_ex += 1
+        if m and next(d["id"] for d in docs if d["ref"] == m.group(1)) in c["gold"]:
+            first_gold += 1
+    return labels, first_gold, n_ex
+
+
+def precision_recall(labels: dict[str, Counter], negative: str):
+    pos, neg = labels.get("supporting", Counter()), labels.get(negative, Counter())
+    out = {}
+    for lab, truth, other in (("supported", pos, neg), ("unsupported", neg, pos)):
+        tp, fp = truth[lab], other[lab]
+        out[lab] = (
+            tp / (tp + fp) if tp + fp else float("nan"),
+            tp / sum(truth.values()) if truth else float("nan"),
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calibrate", action="store_true", help="train split: choose weight and thresholds")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many claims")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--weight", type=float, default=None, help="--calibrate: fix the similarity weight")
+    args = parser.parse_args(argv)
+    if not (SCIFACT / "corpus.jsonl").is_file():
+        print(f"SciFact not found at {SCIFACT} (the shared eval folder)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from rag_worker.settings import Settings
+
+    settings = Settings()
+    split = "train" if args.calibrate else "test"
+    started = time.monotonic()
+    cases, texts = load(split)
+    cases = cases[: args.limit]
+    tfidf = Tfidf(texts)
+    rng = random.Random(args.seed)
+    turn = make_turn(settings)
+    load_vectors(turn)
+    exs = examples(cases, texts, tfidf, rng)
+    counts = Counter(e[0] for e in exs)
+    print(f"SciFact {split}: {len(cases)} claims; examples {dict(counts)}", file=sys.stderr, flush=True)
+    print(f"Machine: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs")
+    if args.calibrate:
+        cal = calibrate(turn, exs, args.weight)
+        save_vectors(turn)
+        print(f"\nSciFact train, {len(cases)} claims, {dict(counts)}\n")
+        print("| similarity weight | AUC supporting vs near miss | AUC supporting vs unrelated |")
+        print("|---:|---:|---:|")
+        for w, a1, a2 in cal["table"]:
+            print(f"| {w:.1f} | {a1:.3f} | {a2:.3f} |")
+        for kind, vals in cal["scores"].items():
+            q = np.percentile(vals, [5, 25, 50, 75, 95]) if vals else []
+            print(
+                f"\n{kind} (weight {cal['weight']}): p5/p25/p50/p75/p95 = "
+                + " / ".join(f"{x:.3f}" for x in q)
+            )
+        print(
+            f"\nChosen: GROUNDING_SIM_WEIGHT={cal['weight']} GROUNDED_ABOVE={cal['grounded_above']} "
+            f"UNGROUNDED_BELOW={cal['ungrounded_below']}  ({time.monotonic() - started:.0f} s)"
+        )
+        return 0
+    print(
+        f"\nSciFact test, {len(cases)} claims; thresholds GROUNDED_ABOVE={settings.grounded_above} "
+        f"UNGROUNDED_BELOW={settings.ungrounded_below} weight {settings.grounding_sim_weight}\n"
+    )
+    labels, first_gold, n_ex = evaluate(turn, exs, cases, texts, tfidf, args.limit)
+    save_vectors(turn)
+    print("| answer sentence | n | supported | weak | unsupported |")
+    print("|---|---:|---:|---:|---:|")
+    for kind in ("supporting", "contradicted", "unrelated", "near miss"):
+        c = labels.get(kind, Counter())
+        n = sum(c.values())
+        if n:
+            print(
+                f"| {kind} | {n} | "
+                + " | ".join(f"{c[k] / n:.1%}" for k in ("supported", "weak", "unsupported"))
+                + " |"
+            )
+    print("\n| negatives | label | precision | recall |")
+    print("|---|---|---:|---:|")
+    for negative in ("unrelated", "near miss"):
+        for lab, (p, r) in precision_recall(labels, negative).items():
+            print(f"| {negative} | {lab} | {p:.3f} | {r:.3f} |")
+    print(
+        f"\nExtractive answer, first quote from a gold abstract: {first_gold}/{n_ex} = {first_gold / max(n_ex, 1):.1%} "
+        f"(gold + 4 tf-idf-nearest distractor abstracts)  ({time.monotonic() - started:.0f} s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

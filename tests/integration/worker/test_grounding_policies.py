@@ -1,0 +1,107 @@
+"""Grounding through the real worker: the fake Ollama invents an answer, and each policy deals with it."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from rag_worker.pipeline.prompts import DEFAULTS
+from tests.ollama_server import default_responder
+from tests.sse import post_events
+
+QUESTION = "How tall is the Eiffel Tower?"
+INVENTED = (
+    "To climb it you must first install the Heroku client and run sudo wget backup.php on a server [S1]. "
+    "Tickets are sold only on Tuesdays by the ministry of agriculture [S2]."
+)
+
+
+def inventing(model: str, messages: list[dict], request: dict) -> str:
+    """A model that answers yes/no checks like the default one but invents the answer itself."""
+    if any("answer yes or no" in str(m.get("content") or "").lower() for m in messages):
+        return default_responder(model, messages, request)
+    return INVENTED
+
+
+def turn(worker, **options):
+    body = {"prompt": QUESTION, "index": "corpus", "options": {"route": "rag", **options}}
+    status, events = post_events(worker.url + "/chat_stream", body)
+    assert status == 200, events
+    events = [(e, d) for e, d in events if e != ":"]
+    assert events[-1][0] == "done", events[-1]
+    tokens = "".join(d["token"] for e, d in events if e == "token")
+    steps = [d for e, d in events if e == "step" and d["step"] == "grounding"]
+    return tokens, events[-1][1], steps
+
+
+def test_flag_keeps_the_invented_answer_and_marks_every_sentence(worker, fake_ollama):
+    fake_ollama.responder = inventing
+    _, done, steps = turn(worker, grounding="flag")
+    g = done["grounding"]
+    assert "Heroku" in done["reply"] and done["abstained"] is False
+    assert g["action"] == "flagged" and g["policy"] == "flag" and g["supported_share"] == 0.0
+    assert g["checked"] == 2 and all(s["label"] != "supported" for s in g["sentences"])
+    assert done["flags"]["grounding"] == "flagged"
+    assert "unsupported ones are marked" in steps[-1]["label"]
+
+
+def test_extract_replaces_the_invented_answer_with_quotes_of_the_sources(worker, fake_ollama):
+    fake_ollama.responder = inventing
+    tokens, done, steps = turn(worker, grounding="extract")
+    g = done["grounding"]
+    assert "Heroku" in tokens, "the streamed draft was the invention"
+    assert "Heroku" not in done["reply"] and done["abstained"] is False
+    assert done["reply"].startswith(DEFAULTS["extract_caveat"])
+    assert "From eiffel.md:" in done["reply"] and "330 metres" in done["reply"]
+    eiffel = next(d["ref"] for d in done["documents"] if d["filename"] == "eiffel.md")
+    assert f"[{eiffel}]" in done["reply"] and eiffel in {c["ref"] for c in done["citations"]}
+    assert g["action"] == "extracted" and g["answer_mode"] == "extractive" and g["supported_share"] == 1.0
+    assert g["draft"]["supported_share"] == 0.0
+    assert done["history"][-1] == {"role": "assistant", "content": done["reply"]}
+    assert steps[-1]["method"] == "extracted"
+
+
+def test_refuse_abstains_and_says_why(worker, fake_ollama):
+    fake_ollama.responder = inventing
+    _, done, _ = turn(worker, grounding="refuse")
+    assert done["abstained"] is True and done["reply"] == DEFAULTS["ungrounded"]
+    assert done["grounding"]["action"] == "refused" and done["flags"]["grounding"] == "refused"
+    assert "Heroku" not in done["reply"] and done["citations"] == []
+
+
+def test_a_grounded_answer_passes_and_an_invented_ref_is_corrected(worker, fake_ollama):
+    fake_ollama.replies = []
+    fake_ollama.responder = lambda model, messages, request: (
+        default_responder(model, messages, request)
+        if any("answer yes or no" in str(m.get("content") or "").lower() for m in messages)
+        else "The Eiffel Tower is 330 metres tall and stands on the Champ de Mars in Paris [S9]."
+    )
+    _, done, _ = turn(worker, grounding="refuse")
+    eiffel = next(d["ref"] for d in done["documents"] if d["filename"] == "eiffel.md")
+    assert (
+        done["reply"]
+        == f"The Eiffel Tower is 330 metres tall and stands on the Champ de Mars in Paris [{eiffel}]."
+    )
+    (sentence,) = done["grounding"]["sentences"]
+    assert sentence["label"] == "supported" and sentence["corrected_from"] == ["S9"]
+    assert sentence["source"]["ref"] == eiffel and done["grounding"]["action"] == "none"
+    assert [c["ref"] for c in done["citations"]] == [eiffel]
+    assert done["flags"]["invented_refs_corrected"] == ["S9"] and done["flags"]["corrected_citations"] == 1
+
+
+def test_extractive_answer_mode_quotes_without_calling_the_model(worker, fake_ollama):
+    before = len([r for r in fake_ollama.requests if r["path"] == "/api/chat" and r["body"].get("stream")])
+    _, done, _ = turn(worker, answer_mode="extractive")
+    after = len([r for r in fake_ollama.requests if r["path"] == "/api/chat" and r["body"].get("stream")])
+    assert after == before, "no generation for an extractive answer"
+    assert done["reply"].startswith("From eiffel.md:") and "330 metres" in done["reply"]
+    assert done["grounding"]["answer_mode"] == "extractive" and done["grounding"]["supported_share"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [({"grounding": "maybe"}, "options.grounding"), ({"answer_mode": 3}, "options.answer_mode")],
+)
+def test_bad_grounding_options_are_a_400_naming_the_field(worker, options, field):
+    r = httpx.post(worker.url + "/chat", json={"prompt": QUESTION, "index": "corpus", "options": options})
+    assert r.status_code == 400 and r.json()["field"] == field, r.text
