@@ -81,7 +81,13 @@ def index(argv: list[str]) -> int:
     return main(argv)
 
 
+# What the worker writes (uploaded originals, LanceDB tables, overviews, the converted model) is readable by its
+# own user only: folders 0700, files 0600. The gateway's container runs as the same user (deploy/Dockerfile.*).
+PRIVATE_UMASK = 0o077
+
+
 def main(argv: list[str] | None = None) -> int:
+    os.umask(PRIVATE_UMASK)
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"serve": serve, "index": index}
     if not argv or argv[0] not in commands:

@@ -145,6 +145,21 @@ def test_unicode_and_spaces_in_names_are_kept_for_display(client):
     assert client.get("/get_datasets", params={"index": "names"}).json() == ["default"]
 
 
+def test_what_the_worker_writes_is_private_to_its_user(client, tmp):
+    resp = upload(client, "private.md", b"# Salaries\n\nThe salary table is confidential.", index="private")
+    assert resp.status_code == 200, resp.text
+    original = tmp / "shared_uploads" / "private" / "default" / "private.md"
+    assert original.is_file()
+    for folder in (original.parent, original.parent.parent):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    assert original.stat().st_mode & 0o777 == 0o600
+    table = tmp / "index_store" / "lancedb" / "private.lance"
+    written = [p for p in table.rglob("*") if p.is_file()]
+    assert written and all(p.stat().st_mode & 0o077 == 0 for p in written), [
+        oct(p.stat().st_mode) for p in written
+    ]
+
+
 # -- bulk indexing -------------------------------------------------------------------------------------------------
 
 
