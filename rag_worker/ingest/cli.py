@@ -18,7 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("folder", type=Path)
     parser.add_argument("--index", default="default", help="index (table) name, default 'default'")
-    parser.add_argument("--rebuild", action="store_true", help="drop the index first, then index everything")
+    parser.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="index everything again into a new table, swapped in when complete (documents whose file is "
+        "not in the folder are kept unless --prune)",
+    )
     parser.add_argument(
         "--prune",
         action="store_true",
@@ -89,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"index '{args.index}': {event.documents} documents ({event.unchanged} unchanged), "
                     f"{event.chunks} chunks, {len(event.failed)} failed, {event.removed} chunks pruned, "
+                    f"{event.kept} kept from before, "
                     f"in {event.seconds:.1f} s" + (f" on {len(nodes)} Ray nodes" if nodes else "")
                 )
                 for problem in event.failed:
