@@ -270,6 +270,39 @@ class Store:
         removed = offload(self._upsert, table, data, where)
         return data.num_rows, removed
 
+    def replace_documents(
+        self, index: str, documents: list[tuple[str, str, list[dict]]]
+    ) -> list[tuple[int, int]]:
+        """Swap the chunks of several documents [(dataset, filename, rows)], all in one commit: each document is
+        written whole or not at all, and a batch costs one merge-insert and one compaction instead of one per
+        document. Returns (added, removed) per document, in order."""
+        check_table(index)
+        keys: list[tuple[str, str]] = []
+        all_rows: list[dict] = []
+        for dataset, filename, rows in documents:
+            check_name(dataset, "dataset")
+            filename = check_filename(filename)
+            if not rows:
+                raise BadRequest("a document in a batch needs rows", code="bad_rows")
+            for row in rows:
+                if row.get("dataset") != dataset or check_filename(row.get("filename")) != filename:
+                    raise BadRequest("every row must belong to its document", code="bad_rows")
+            keys.append((dataset, filename))
+            all_rows.extend(rows)
+        if len(set(keys)) != len(keys):
+            raise BadRequest("a batch names a document twice", code="bad_rows")
+        if not keys:
+            return []
+        data = self._prepare(all_rows)
+        table = self._writable(index)
+        digests = [doc_key(d, f) for d, f in keys]
+        where = "doc_key IN (" + ", ".join(f"'{d}'" for d in digests) + ")"
+        before = offload(self._upsert_counted, table, data, where)
+        return [
+            (len(rows), before.get(digest, 0))
+            for (_, _, rows), digest in zip(documents, digests, strict=True)
+        ]
+
     def delete_document(self, index: str, *, dataset: str, filename: str) -> int:
         check_name(dataset, "dataset")
         filename = check_filename(filename)
@@ -700,10 +733,12 @@ class Store:
         columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
         return pa.table(columns, schema=schema)
 
-    def _upsert(self, table: LanceTable, data: pa.Table, replace_where: str | None) -> int:
+    def _upsert(
+        self, table: LanceTable, data: pa.Table, replace_where: str | None, *, count: bool = True
+    ) -> int:
         """One commit: rows matched by id are updated, new ones inserted, and (when replacing) the document's
         rows that are not in `data` deleted. Returns how many rows the document had before."""
-        removed = table.count_rows(replace_where) if replace_where else 0
+        removed = table.count_rows(replace_where) if replace_where and count else 0
 
         def commit() -> None:
             builder = table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
@@ -714,6 +749,15 @@ class Store:
         _retry_conflicts(commit, f"writing to {table.name}")
         self._after_write(table)
         return removed
+
+    def _upsert_counted(self, table: LanceTable, data: pa.Table, replace_where: str) -> dict[str, int]:
+        """`_upsert` for a batch: the rows each doc_key had before, {doc_key: count}."""
+        before = self._scan_arrow(table, replace_where, ["doc_key"]).column("doc_key").to_pylist()
+        counts: dict[str, int] = {}
+        for key in before:
+            counts[key] = counts.get(key, 0) + 1
+        self._upsert(table, data, replace_where, count=False)
+        return counts
 
     def _delete(self, table: LanceTable, where: str) -> int:
         count = table.count_rows(where)

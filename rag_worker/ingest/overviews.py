@@ -127,9 +127,16 @@ def load_overviews(settings: Settings, index: str) -> list[dict]:
 
 
 def upsert_overview(settings: Settings, index: str, entry: dict) -> None:
-    key = (entry["dataset"], entry["filename"])
-    entries = [e for e in load_overviews(settings, index) if (e.get("dataset"), e.get("filename")) != key]
-    entries.append(entry)
+    upsert_overviews(settings, index, [entry])
+
+
+def upsert_overviews(settings: Settings, index: str, new: list[dict]) -> None:
+    """Add or replace several documents' overviews with one rewrite of the file."""
+    keys = {(e["dataset"], e["filename"]) for e in new}
+    entries = [
+        e for e in load_overviews(settings, index) if (e.get("dataset"), e.get("filename")) not in keys
+    ]
+    entries.extend(new)
     _write(overviews_path(settings, index), entries)
 
 

@@ -28,7 +28,7 @@ from docling_core.types.doc import DocItemLabel
 
 from .. import tables
 from ..errors import ApiError
-from ..names import check_filename, check_name, check_table
+from ..names import STAGED_RE, check_filename, check_name, check_table
 from ..runtime import offload
 from . import attachments, overviews
 from .chunk import Chunk, Chunker
@@ -231,6 +231,7 @@ def prepare_steps(
     filename: str | None = None,
     *,
     keep_at: Path | None = None,
+    known: dict[tuple[str, str], tuple[str, int]] | None = None,
 ) -> Iterator[str]:
     """Hash, then convert and chunk (yielding those stage names); return a Prepared file, or the IngestResult of
     a no-op when these exact bytes are already indexed under this name."""
@@ -240,7 +241,13 @@ def prepare_steps(
     kind_of(filename)
     store = services.store
     document_id = offload(file_sha256, path)
-    if store.exists(index):
+    if (
+        known is not None
+    ):  # a folder run: what the index held when it started, {(dataset, name): (id, chunks)}
+        have = known.get((dataset, filename))
+        if have is not None and have[0] == document_id:
+            return IngestResult(filename, dataset, document_id, have[1], replaced=False, unchanged=True)
+    elif store.exists(index):
         store.check_compatible(index)
         if store.has_document(index, dataset=dataset, filename=filename, document_id=document_id):
             if keep_at is not None:
@@ -276,36 +283,57 @@ def prepare_steps(
 
 def write_prepared(services: Services, index: str, prepared: Prepared, vectors) -> IngestResult:
     """Write one prepared file's rows (replacing the name's old rows in one commit), its original and overview."""
-    overview, source = overviews.build_overview(services, prepared.title, prepared.chunks)
+    return write_batch(services, index, [(prepared, vectors)])[0]
+
+
+def write_batch(services: Services, index: str, items: list[tuple[Prepared, object]]) -> list[IngestResult]:
+    """Write several prepared files [(prepared, vectors)] in one commit, replacing their names' old rows: each
+    file is in the index whole or not at all, and a crash loses at most this batch. Originals are moved into
+    place and the overviews written (one rewrite of the overview file) under the same write lock."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    rows = document_rows(prepared, vectors, now)
+    documents = []
+    entries = []
+    for prepared, vectors in items:
+        overview, source = overviews.build_overview(services, prepared.title, prepared.chunks)
+        rows = document_rows(prepared, vectors, now)
+        documents.append((prepared.dataset, prepared.filename, rows))
+        entries.append(
+            {
+                "dataset": prepared.dataset,
+                "filename": prepared.filename,
+                "document_id": prepared.document_id,
+                "title": prepared.title,
+                "overview": overview,
+                "source": source,
+                "chunks": len(rows),
+                "indexed_at": now,
+            }
+        )
     store = services.store
     with services.index_lock(index):
-        added, removed = store.replace_document(
-            index, dataset=prepared.dataset, filename=prepared.filename, rows=rows
-        )
-        if prepared.keep_at is not None:
-            _keep(prepared.path, prepared.keep_at)
-        described = offload(tables.store_sheets, services.settings, index, prepared)
-        if described:
-            overview = f"{overview} Tables: {'; '.join(described)}"
-        entry = {
-            "dataset": prepared.dataset,
-            "filename": prepared.filename,
-            "document_id": prepared.document_id,
-            "title": prepared.title,
-            "overview": overview,
-            "source": source,
-            "chunks": added,
-            "indexed_at": now,
-        }
-        offload(overviews.upsert_overview, services.settings, index, entry)
-    result = IngestResult(
-        prepared.filename, prepared.dataset, prepared.document_id, added, replaced=removed > 0
-    )
-    if prepared.attachments:
-        result.attachments = attachments.ingest_attachments(services, index, prepared)
-    return result
+        counts = store.replace_documents(index, documents)
+        for (prepared, _), entry in zip(items, entries, strict=True):
+            if prepared.keep_at is not None:
+                _keep(prepared.path, prepared.keep_at)
+            # SQL tables live under the index's own name, also while a rebuild builds its new table.
+            described = offload(tables.store_sheets, services.settings, _served(index), prepared)
+            if described:
+                entry["overview"] = f"{entry['overview']} Tables: {'; '.join(described)}"
+        offload(overviews.upsert_overviews, services.settings, index, entries)
+    results = [
+        IngestResult(prepared.filename, prepared.dataset, prepared.document_id, added, replaced=removed > 0)
+        for (prepared, _), (added, removed) in zip(items, counts, strict=True)
+    ]
+    for (prepared, _), result in zip(items, results, strict=True):
+        if prepared.attachments:
+            result.attachments = attachments.ingest_attachments(services, index, prepared)
+    return results
+
+
+def _served(index: str) -> str:
+    """The index a table name serves: itself, or the index a rebuild table `<index>.<hex>` is built for."""
+    match = STAGED_RE.fullmatch(index)
+    return match.group(1) if match else index
 
 
 def document_rows(prepared: Prepared, vectors, now: str) -> list[dict]:
@@ -474,7 +502,18 @@ class _Run:
 def _index_files(
     services: Services, target: str, folder: Path, files: list[tuple[str, Path]], run: _Run
 ) -> Iterator[Progress]:
-    """Convert, chunk, embed and write each file into the table `target`, yielding Progress."""
+    """Convert, chunk, embed and write each file into the table `target`, yielding Progress.
+
+    Files are embedded and committed in batches (`write_batch`): a crash loses at most the batch in flight, and
+    a run started again skips every file whose bytes are already indexed under its name (read once, here)."""
+    known = (
+        {
+            (d["dataset"], d["filename"]): (d["document_id"], int(d["chunks"]))
+            for d in services.store.list_documents(target)
+        }
+        if services.store.exists(target)
+        else {}
+    )
     pending: list[tuple[str, Prepared]] = []
     # Small files are embedded together: one forward pass over many chunks is several times faster per chunk
     # than one pass per two-chunk file (bench/ingest_throughput.py).
@@ -497,11 +536,26 @@ def _index_files(
                     label, prep.dataset, "internal", f"embedding failed: {type(exc).__name__}: {exc}"[:300]
                 )
             return
+        items = []
         offset = 0
         for label, prep in batch:
-            part = vectors[offset : offset + len(prep.chunks)]
+            items.append((prep, vectors[offset : offset + len(prep.chunks)]))
             offset += len(prep.chunks)
             yield Progress(label, run.finished, run.total, "writing", prep.dataset)
+        try:
+            results = write_batch(services, target, items)  # the whole batch in one commit
+        except ApiError as err:
+            if err.code == "embedder_mismatch":
+                raise
+            results = None
+        except Exception:
+            log.exception("writing a batch of %d files failed; writing them one by one", len(batch))
+            results = None
+        if results is not None:
+            for (label, _), result in zip(batch, results, strict=True):
+                yield run.finish(label, result)
+            return
+        for (label, prep), (_, part) in zip(batch, items, strict=True):  # find the file that fails
             try:
                 result = write_prepared(services, target, prep, part)
             except ApiError as err:
@@ -530,7 +584,7 @@ def _index_files(
         if not is_supported(name):
             yield run.fail(label, dataset, "unsupported_type", "unsupported file type")
             continue
-        steps = prepare_steps(services, target, dataset, path, name)
+        steps = prepare_steps(services, target, dataset, path, name, known=known)
         try:
             while True:
                 try:
@@ -704,9 +758,13 @@ def _carry_over(services: Services, index: str, staged: str, keys: list[tuple[st
             rows = _embedded_again(services, rows)
         store.write_rows(staged, rows, part)
     wanted = set(keys)
-    for entry in overviews.load_overviews(services.settings, index):
-        if (entry.get("dataset"), entry.get("filename")) in wanted:
-            overviews.upsert_overview(services.settings, staged, entry)
+    entries = [
+        e
+        for e in overviews.load_overviews(services.settings, index)
+        if (e.get("dataset"), e.get("filename")) in wanted
+    ]
+    if entries:
+        overviews.upsert_overviews(services.settings, staged, entries)
 
 
 CARRY_BATCH = 200
