@@ -19,13 +19,75 @@ import tempfile
 import time
 from pathlib import Path
 
-WORDS = (
-    "wing lift drag flow boundary layer shock wave pressure surface heat transfer plate cone cylinder nozzle "
-    "turbulent laminar supersonic hypersonic subsonic mach number reynolds stagnation point skin friction "
-    "measurement theory experiment solution equation model velocity temperature density viscous inviscid "
-    "separation transition jet wake vortex edge leading trailing angle attack thickness ratio aspect span "
-    "body airfoil blade compressor turbine rotor stator panel flutter vibration structure load stress buckling"
-).split()
+WORDS = [
+    "wing",
+    "lift",
+    "drag",
+    "flow",
+    "boundary",
+    "layer",
+    "shock",
+    "wave",
+    "pressure",
+    "surface",
+    "heat",
+    "transfer",
+    "plate",
+    "cone",
+    "cylinder",
+    "nozzle",
+    "turbulent",
+    "laminar",
+    "supersonic",
+    "hypersonic",
+    "subsonic",
+    "mach",
+    "number",
+    "reynolds",
+    "stagnation",
+    "point",
+    "skin",
+    "friction",
+    "measurement",
+    "theory",
+    "experiment",
+    "solution",
+    "equation",
+    "model",
+    "velocity",
+    "temperature",
+    "density",
+    "viscous",
+    "inviscid",
+    "separation",
+    "transition",
+    "jet",
+    "wake",
+    "vortex",
+    "edge",
+    "leading",
+    "trailing",
+    "angle",
+    "attack",
+    "thickness",
+    "ratio",
+    "aspect",
+    "span",
+    "body",
+    "airfoil",
+    "blade",
+    "compressor",
+    "turbine",
+    "rotor",
+    "stator",
+    "panel",
+    "flutter",
+    "vibration",
+    "structure",
+    "load",
+    "stress",
+    "buckling",
+]
 
 
 def write_files(folder: Path, n: int, seed: int = 7) -> None:
@@ -53,21 +115,22 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from rag_worker.ingest.cli import ingest_settings
     from rag_worker.ingest.pipeline import BatchDone, Progress, index_folder
     from rag_worker.services import Services
-    from rag_worker.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         folder = tmp_path / "files"
         folder.mkdir()
         write_files(folder, args.files)
-        settings = Settings(
+        os.environ.update(
             INDEX_STORE=str(tmp_path / "store"),
             UPLOADS_DIR=str(tmp_path / "uploads"),
             LLM_BACKEND="local",
             OVERVIEW_SUMMARIES="off",
         )
+        settings = ingest_settings()  # exactly what `python -m rag_worker index` runs with
         services = Services(settings)
         print(
             f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}; "
@@ -87,7 +150,10 @@ def main() -> None:
                 if event.done >= next_mark:
                     samples.append((event.done, rss_mb()))
                     rate = event.done / (time.monotonic() - started)
-                    print(f"{event.done:>7d} files  RSS {samples[-1][1]:7.0f} MB  {rate:6.1f} files/s", flush=True)
+                    print(
+                        f"{event.done:>7d} files  RSS {samples[-1][1]:7.0f} MB  {rate:6.1f} files/s",
+                        flush=True,
+                    )
                     next_mark += args.every
             elif isinstance(event, BatchDone):
                 done = event

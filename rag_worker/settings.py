@@ -145,6 +145,11 @@ class Settings(BaseSettings):
     def origins(self) -> frozenset[str]:
         return parse_origins(self.allowed_origins)
 
+    # Lance's in-memory caches per process (index pieces; table metadata). Lance's own defaults are GiBs, which
+    # versions nobody reads again fill up; the indexing CLI uses much smaller ones (rag_worker/ingest/cli.py).
+    lancedb_index_cache_mb: int = Field(default=1024, alias="LANCEDB_INDEX_CACHE_MB")
+    lancedb_metadata_cache_mb: int = Field(default=128, alias="LANCEDB_METADATA_CACHE_MB")
+
     @property
     def lancedb_dir(self) -> Path:
         return self.index_store / "lancedb"

@@ -79,6 +79,9 @@ CLEANUP_OLDER_THAN = timedelta(hours=1)
 COMMIT_ATTEMPTS = 10
 COMMIT_BACKOFF_S = 0.02
 COMMIT_BACKOFF_MAX_S = 1.0
+# Lance's caches of one Store (all its tables): index pieces (FTS postings, ANN partitions) and table metadata.
+INDEX_CACHE_MB = 1024
+METADATA_CACHE_MB = 128
 ALIASES = "aliases"  # folder in the store root: one file per rebuilt index naming the table that serves it
 DOCUMENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _WORD_RE = re.compile(r"\w", re.UNICODE)
@@ -189,6 +192,8 @@ class Store:
         ann_min_rows: int = ANN_MIN_ROWS,
         ann_nprobes: int = ANN_NPROBES,
         ann_refine_factor: int = ANN_REFINE_FACTOR,
+        index_cache_mb: int = INDEX_CACHE_MB,
+        metadata_cache_mb: int = METADATA_CACHE_MB,
     ):
         import lancedb
 
@@ -201,7 +206,16 @@ class Store:
         self.ann_refine_factor = max(0, int(ann_refine_factor))
         # Consistency interval 0: every read checks for a newer version, so writes made by another process (the
         # indexing CLI, a second worker) are seen at once; on local disk that check is a cheap listing.
-        self._db = lancedb.connect(str(self.root), read_consistency_interval=timedelta(0))
+        # Bounded caches: every commit makes a new table version, and Lance's defaults (GiBs) let the cached
+        # manifests and index pieces of versions nobody reads again pile up, about 0.4 MB per commit
+        # (bench/ingest_memory.py).
+        self.session = lancedb.Session(
+            index_cache_size_bytes=int(index_cache_mb) << 20,
+            metadata_cache_size_bytes=int(metadata_cache_mb) << 20,
+        )
+        self._db = lancedb.connect(
+            str(self.root), read_consistency_interval=timedelta(0), session=self.session
+        )
         self._tables: dict[str, LanceTable] = {}
 
     # -- identity -------------------------------------------------------------------------------------------

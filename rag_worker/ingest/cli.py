@@ -10,6 +10,17 @@ from pathlib import Path
 
 from ..errors import ApiError
 
+# The CLI writes and never serves searches: small Lance caches keep its memory flat over 100k files
+# (bench/ingest_memory.py); LANCEDB_INDEX_CACHE_MB / LANCEDB_METADATA_CACHE_MB still win when set.
+INGEST_CACHES = {"LANCEDB_INDEX_CACHE_MB": 64, "LANCEDB_METADATA_CACHE_MB": 16}
+
+
+def ingest_settings():
+    """The worker's settings from the environment, with the indexing CLI's cache sizes unless set there."""
+    from ..settings import Settings
+
+    return Settings(**{k: v for k, v in INGEST_CACHES.items() if k not in os.environ})
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -51,10 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from ..services import Services
-    from ..settings import Settings
     from .pipeline import BatchDone, Progress, index_folder
 
-    services = Services(Settings())
+    services = Services(ingest_settings())
     nodes: set[str] = set()
     if args.engine == "ray":
         from .ray_engine import available, index_folder_ray
