@@ -130,16 +130,6 @@ def upsert_overview(settings: Settings, index: str, entry: dict) -> None:
     upsert_overviews(settings, index, [entry])
 
 
-def upsert_overviews(settings: Settings, index: str, new: list[dict]) -> None:
-    """Add or replace several documents' overviews with one rewrite of the file."""
-    keys = {(e["dataset"], e["filename"]) for e in new}
-    entries = [
-        e for e in load_overviews(settings, index) if (e.get("dataset"), e.get("filename")) not in keys
-    ]
-    entries.extend(new)
-    _write(overviews_path(settings, index), entries)
-
-
 def upsert_overviews(settings: Settings, index: str, new_entries: list[dict]) -> None:
     """Upsert many documents' overviews with one rewrite of the file (bulk indexing)."""
     if not new_entries:
