@@ -132,7 +132,9 @@ async def start_build(request: Request) -> Response:
             return index
 
     index = await in_thread(start)
-    events = c.worker.events("/index", {"index": index.worker_name, "rebuild": body.rebuild})
+    events = c.worker.events(
+        "/index", {"index": index.worker_name, "rebuild": body.rebuild, "prune": body.prune}
+    )
     try:
         frames = await events.__aenter__()
     except BaseException:

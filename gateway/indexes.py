@@ -277,16 +277,18 @@ async def upload_document(request: Request) -> JSONResponse:
         raise BadRequest("the file is empty", code="empty_file", field="file")
 
     def record(result: dict) -> dict:
+        # The worker's name for the file is the one both sides use from now on (list, download, delete).
+        name = str(result.get("filename") or filename)
         with c.db.session() as s:
             current = owned_index(s, user.id, index_id)
             doc = s.exec(
                 select(IndexDocument).where(
                     IndexDocument.index_id == current.id,
                     IndexDocument.dataset == dataset,
-                    IndexDocument.filename == filename,
+                    IndexDocument.filename == name,
                 )
             ).first()
-            doc = doc or IndexDocument(index_id=current.id, dataset=dataset, filename=filename)
+            doc = doc or IndexDocument(index_id=current.id, dataset=dataset, filename=name)
             doc.document_id = str(result.get("document_id") or "")
             doc.chunks = int(result.get("chunks") or 0)
             doc.bytes = len(content)
@@ -319,10 +321,7 @@ async def download_document(request: Request) -> Response:
     params = {"index": index.worker_name, "dataset": doc.dataset, "filename": doc.filename}
     stream = c.worker.stream("GET", "/get_document", params=params)
     resp = await stream.__aenter__()
-    headers = {
-        "Content-Disposition": resp.headers.get("content-disposition")
-        or f"attachment; filename*=UTF-8''{_quote(doc.filename)}"
-    }
+    headers = {"Content-Disposition": content_disposition(doc.filename)}
     if "content-length" in resp.headers:
         headers["Content-Length"] = resp.headers["content-length"]
 
@@ -337,10 +336,13 @@ async def download_document(request: Request) -> Response:
     )
 
 
-def _quote(name: str) -> str:
+def content_disposition(filename: str) -> str:
+    """An attachment named exactly `filename` (RFC 6266 `filename*`), with a plain ASCII fallback for old
+    clients; a name such as `per%22cent.md` survives, where a quoted `filename=` would be read as `per"cent.md`."""
     from urllib.parse import quote
 
-    return quote(name, safe="")
+    fallback = "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\%' else "_" for ch in filename)
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(filename, safe='')}"
 
 
 async def delete_document(request: Request) -> Response:
@@ -351,8 +353,9 @@ async def delete_document(request: Request) -> Response:
     try:
         await c.worker.delete_document(index.worker_name, doc.dataset, doc.filename)
     except ApiError as exc:
-        if exc.status != 404:  # already gone from the worker: still drop our record
+        if exc.status != 404:
             raise
+        await _confirm_gone(c, index, doc)  # the worker has nothing under this name: is it really gone?
 
     def remove() -> None:
         with c.db.session() as s:
@@ -363,6 +366,40 @@ async def delete_document(request: Request) -> Response:
 
     await in_thread(remove)
     return Response(status_code=204)
+
+
+async def _confirm_gone(c: Context, index: Index, doc: IndexDocument) -> None:
+    """After the worker's 404 to a delete: drop our record only when the worker holds no such document. One it
+    still holds (the same bytes under another name, e.g. a record made before both sides used one name) was not
+    deleted, and saying so keeps the record, so the user is not told a searchable document is gone."""
+    try:
+        listed = await c.worker.get_documents(index.worker_name)
+    except ApiError as exc:
+        if exc.status == 404:
+            return  # no table at all: nothing of it is searchable
+        raise
+
+    def recorded() -> set[str]:
+        with c.db.session() as s:
+            rows = s.exec(
+                select(IndexDocument.filename).where(
+                    IndexDocument.index_id == index.id, IndexDocument.dataset == doc.dataset
+                )
+            )
+            return set(rows)
+
+    names = await in_thread(recorded)
+    for item in listed:
+        if str(item.get("dataset") or "default") != doc.dataset:
+            continue
+        name = str(item.get("filename") or "")
+        same_bytes = bool(doc.document_id) and item.get("document_id") == doc.document_id
+        if name == doc.filename or (same_bytes and name not in names):
+            raise Conflict(
+                f"the worker did not delete '{doc.filename}': it holds this document as '{name}'. Rebuild the "
+                "index to bring the list in line, then delete it again",
+                code="not_deleted",
+            )
 
 
 async def list_datasets(request: Request) -> JSONResponse:
@@ -376,7 +413,11 @@ async def list_datasets(request: Request) -> JSONResponse:
 
 
 async def sync_documents(c: Context, index_id: int, failed: bool = False) -> None:
-    """After a build: make the gateway's document rows match the worker's table, and set the status."""
+    """After a build: make the gateway's document rows match the worker's table, and set the status.
+
+    Rows the worker does not list are deleted only after a build that finished: a failed or broken one says
+    nothing reliable about what the table lacks, so it only adds and updates rows.
+    """
 
     def name() -> str | None:
         with c.db.session() as s:
@@ -416,7 +457,7 @@ async def sync_documents(c: Context, index_id: int, failed: bool = False) -> Non
                     doc.bytes = int(item.get("bytes") or doc.bytes)
                     s.add(doc)
                 for key, doc in existing.items():
-                    if key not in seen:
+                    if key not in seen and not failed:
                         s.delete(doc)
                 s.flush()
             refresh_counts(s, index, "failed" if failed else "auto")

@@ -146,6 +146,7 @@ class IndexUpdate(Body):
 
 class BuildRequest(Body):
     rebuild: bool = False
+    prune: bool = False  # also drop documents whose file is not in the index's uploads folder
 
 
 class SettingsUpdate(Body):

@@ -138,7 +138,9 @@ class WorkerClient:
         return await self.request_json(
             "POST",
             "/add_document",
-            data={"dataset": dataset, "index": index},
+            # The name also goes as a form field: the multipart header's filename is escaped lossily (a '"'
+            # and a literal "%22" look the same there), the field is taken as it is.
+            data={"dataset": dataset, "index": index, "filename": filename},
             files=files,
             timeout=self.settings.worker_upload_timeout_s,
         )
@@ -153,7 +155,7 @@ class WorkerClient:
         async with self.stream(
             "POST",
             "/add_document",
-            data={"dataset": dataset, "index": index},
+            data={"dataset": dataset, "index": index, "filename": filename},
             files=files,
             headers={"Accept": "text/event-stream"},
             timeout=self.settings.worker_upload_timeout_s,

@@ -12,6 +12,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # What check_filename accepts, for the OpenAPI document: no path separators, drive colons or control characters,
 # and at least one character that is neither a dot nor a space ("." and ".." are refused).
 FILENAME_PATTERN = r"^[^/\\\x00\r\n:]*[^/\\\x00\r\n:.\s][^/\\\x00\r\n:]*$"
+# A table being built for an index by a rebuild (`<index>.<12 hex>`): never an index name (no dots there), so
+# the HTTP API cannot reach it; the store swaps it in when it is complete.
+STAGED_RE = re.compile(r"^([A-Za-z0-9_-]{1,64})\.[0-9a-f]{12}$")
 
 
 def check_name(value: object, field: str) -> str:
@@ -35,3 +38,10 @@ def check_filename(value: object, field: str = "filename") -> str:
     if PurePosixPath(name).name != name or PureWindowsPath(name).name != name:
         raise BadRequest("the file name must not contain a path", code="path_in_filename", field=field)
     return name
+
+
+def check_table(value: object, field: str = "index") -> str:
+    """An index name, or the name of a table a rebuild is building for one (`<index>.<12 hex>`)."""
+    if isinstance(value, str) and STAGED_RE.fullmatch(value):
+        return value
+    return check_name(value, field)

@@ -10,11 +10,13 @@ import threading
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from .locks import Locks
 from .settings import Settings
 
 if TYPE_CHECKING:  # pragma: no cover
     from .embeddings import Embedder
     from .llm import LLMRouter
+    from .locks import FileLock
     from .pipeline.admission import TurnQueue
     from .rerank import Reranker
     from .store import Store
@@ -24,7 +26,8 @@ class Services:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._build_lock = threading.Lock()
-        self._index_locks: dict[str, threading.Lock] = {}
+        # Write locks shared with every process on this INDEX_STORE (files under INDEX_STORE/locks).
+        self.locks: Locks = Locks(settings.index_store / "locks")
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -50,6 +53,8 @@ class Services:
             ann_min_rows=s.ann_min_rows,
             ann_nprobes=s.ann_nprobes,
             ann_refine_factor=s.ann_refine_factor,
+            index_cache_mb=s.lancedb_index_cache_mb,
+            metadata_cache_mb=s.lancedb_metadata_cache_mb,
         )
 
     @cached_property
@@ -86,7 +91,11 @@ class Services:
         self.embedder.embed_query("warm up")
         self.store.indexes()
 
-    def index_lock(self, index: str) -> threading.Lock:
-        """One writer per index at a time (uploads, deletes, rebuilds); readers never wait."""
-        with self._build_lock:
-            return self._index_locks.setdefault(index, threading.Lock())
+    def index_lock(self, index: str) -> FileLock:
+        """One writer per index at a time (uploads, deletes, a rebuild's swap), in this process and in every
+        other one on the same INDEX_STORE (gunicorn processes, replicas, the indexing CLI); readers never wait."""
+        return self.locks.get(f"index-{index}")
+
+    def rebuild_guard(self, index: str):
+        """Held for a whole rebuild of `index`: a second one at the same time is a 409, wherever it runs."""
+        return self.locks.try_hold(f"rebuild-{index}", f"index '{index}' is already being rebuilt")

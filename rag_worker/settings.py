@@ -161,6 +161,10 @@ class Settings(BaseSettings):
     answer_mode: Literal["auto", "extractive"] = Field(default="auto", alias="ANSWER_MODE")
     local_context_tokens: int = Field(default=700, alias="LOCAL_CONTEXT_TOKENS")
     local_max_tokens: int = Field(default=128, alias="LOCAL_MAX_TOKENS")
+    # Lance's in-memory caches per process (index pieces; table metadata). Lance's own defaults are GiBs, which
+    # versions nobody reads again fill up; the indexing CLI uses much smaller ones (rag_worker/ingest/cli.py).
+    lancedb_index_cache_mb: int = Field(default=1024, alias="LANCEDB_INDEX_CACHE_MB")
+    lancedb_metadata_cache_mb: int = Field(default=128, alias="LANCEDB_METADATA_CACHE_MB")
 
     @property
     def lancedb_dir(self) -> Path:

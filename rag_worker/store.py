@@ -7,7 +7,15 @@ Facts this module relies on (verified against lancedb 0.40 by tests/unit/test_st
 - pyarrow schema metadata given at `create_table` survives adds, merges, deletes and `optimize`, so the embedder
   marker lives on the table itself, no sidecar file;
 - `merge_insert(...).when_not_matched_by_source_delete(...)` replaces a document's rows in one commit: a reader
-  sees the old rows or the new ones, and a failed write leaves the old ones.
+  sees the old rows or the new ones, and a failed write leaves the old ones;
+- two processes committing to one table at once get "Retryable commit conflict" (LanceDB's optimistic
+  concurrency): the losing commit wrote nothing, so it is retried on the new version with a backoff. Compaction
+  (`optimize`) is housekeeping after a write that already committed: when it loses such a race it is left for
+  the next write, never reported as the write's failure. Writers of one index are also ordered across processes
+  by a file lock (rag_worker/locks.py), which keeps the read-modify-write steps around a commit consistent;
+- LanceDB OSS cannot rename a table. A rebuild builds a new table `<index>.<12 hex>` while searches keep using the
+  old one, then swaps it in by replacing a one-line alias file (`aliases/<index>`) atomically; a reader resolves
+  the alias on every call, and one that raced with the swap retries once on the new table.
 
 Filters are SQL strings in LanceDB. They are only ever built here, from values that passed `names.check_name`
 (datasets, indexes), a strict id pattern (document ids), integers, or a sha256 digest of the file name
@@ -19,8 +27,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+import os
+import random
 import re
+import secrets
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -31,14 +44,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import BadRequest, EmbedderMismatch, NotFound
-from .names import NAME_RE, check_filename, check_name
+from .errors import ApiError, BadRequest, EmbedderMismatch, NotFound
+from .locks import native_sleep
+from .names import NAME_RE, STAGED_RE, check_filename, check_name, check_table
 from .runtime import offload
 
 if TYPE_CHECKING:  # pragma: no cover
     from lancedb.table import LanceTable
 
     from .embeddings import Embedder
+
+log = logging.getLogger(__name__)
 
 MARKER_KEY = b"rag_worker.marker"
 MODES = ("hybrid", "vector", "fts")
@@ -59,6 +75,14 @@ HYBRID_LEG_MIN = 100
 MAX_LIMIT = 1000
 # Old versions are kept a while so that a reader in another process still holding one does not lose its files.
 CLEANUP_OLDER_THAN = timedelta(hours=1)
+# A commit that lost a race with another process is retried this many times, the pause doubling from the first.
+COMMIT_ATTEMPTS = 10
+COMMIT_BACKOFF_S = 0.02
+COMMIT_BACKOFF_MAX_S = 1.0
+# Lance's caches of one Store (all its tables): index pieces (FTS postings, ANN partitions) and table metadata.
+INDEX_CACHE_MB = 1024
+METADATA_CACHE_MB = 128
+ALIASES = "aliases"  # folder in the store root: one file per rebuilt index naming the table that serves it
 DOCUMENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _WORD_RE = re.compile(r"\w", re.UNICODE)
 _HIT_COLUMNS = ["id", "document_id", "filename", "dataset", "page", "chunk_index", "text", "metadata"]
@@ -168,6 +192,8 @@ class Store:
         ann_min_rows: int = ANN_MIN_ROWS,
         ann_nprobes: int = ANN_NPROBES,
         ann_refine_factor: int = ANN_REFINE_FACTOR,
+        index_cache_mb: int = INDEX_CACHE_MB,
+        metadata_cache_mb: int = METADATA_CACHE_MB,
     ):
         import lancedb
 
@@ -180,7 +206,16 @@ class Store:
         self.ann_refine_factor = max(0, int(ann_refine_factor))
         # Consistency interval 0: every read checks for a newer version, so writes made by another process (the
         # indexing CLI, a second worker) are seen at once; on local disk that check is a cheap listing.
-        self._db = lancedb.connect(str(self.root), read_consistency_interval=timedelta(0))
+        # Bounded caches: every commit makes a new table version, and Lance's defaults (GiBs) let the cached
+        # manifests and index pieces of versions nobody reads again pile up, about 0.4 MB per commit
+        # (bench/ingest_memory.py).
+        self.session = lancedb.Session(
+            index_cache_size_bytes=int(index_cache_mb) << 20,
+            metadata_cache_size_bytes=int(metadata_cache_mb) << 20,
+        )
+        self._db = lancedb.connect(
+            str(self.root), read_consistency_interval=timedelta(0), session=self.session
+        )
         self._tables: dict[str, LanceTable] = {}
 
     # -- identity -------------------------------------------------------------------------------------------
@@ -194,11 +229,20 @@ class Store:
         }
 
     def exists(self, index: str) -> bool:
-        check_name(index, "index")
-        return index in offload(self._table_names)
+        check_table(index)
+        return self._physical(index) in offload(self._table_names)
 
     def indexes(self) -> list[str]:
-        return sorted(n for n in offload(self._table_names) if NAME_RE.fullmatch(n))
+        tables = set(offload(self._table_names))
+        names = {n for n in tables if NAME_RE.fullmatch(n)}
+        aliases = self.root / ALIASES
+        if aliases.is_dir():
+            names.update(
+                p.name
+                for p in aliases.iterdir()
+                if NAME_RE.fullmatch(p.name) and self._physical(p.name) in tables
+            )
+        return sorted(names)
 
     def marker(self, index: str) -> dict | None:
         """What the table was built with: {"embedding_model", "dim", ...}; None when the table carries none."""
@@ -213,7 +257,7 @@ class Store:
 
     def add_chunks(self, index: str, rows: list[dict]) -> int:
         """Insert (or update by id) chunks; rows without a vector are embedded here. Returns the rows written."""
-        check_name(index, "index")
+        check_table(index)
         if not rows:
             return 0
         data = self._prepare(rows)
@@ -225,7 +269,7 @@ class Store:
         self, index: str, *, dataset: str, filename: str, rows: list[dict]
     ) -> tuple[int, int]:
         """Swap all chunks of (dataset, filename) for `rows` in one commit. Returns (added, removed)."""
-        check_name(index, "index")
+        check_table(index)
         check_name(dataset, "dataset")
         filename = check_filename(filename)
         for row in rows:
@@ -239,6 +283,39 @@ class Store:
         where = _doc_filter(dataset, filename)
         removed = offload(self._upsert, table, data, where)
         return data.num_rows, removed
+
+    def replace_documents(
+        self, index: str, documents: list[tuple[str, str, list[dict]]]
+    ) -> list[tuple[int, int]]:
+        """Swap the chunks of several documents [(dataset, filename, rows)], all in one commit: each document is
+        written whole or not at all, and a batch costs one merge-insert and one compaction instead of one per
+        document. Returns (added, removed) per document, in order."""
+        check_table(index)
+        keys: list[tuple[str, str]] = []
+        all_rows: list[dict] = []
+        for dataset, filename, rows in documents:
+            check_name(dataset, "dataset")
+            filename = check_filename(filename)
+            if not rows:
+                raise BadRequest("a document in a batch needs rows", code="bad_rows")
+            for row in rows:
+                if row.get("dataset") != dataset or check_filename(row.get("filename")) != filename:
+                    raise BadRequest("every row must belong to its document", code="bad_rows")
+            keys.append((dataset, filename))
+            all_rows.extend(rows)
+        if len(set(keys)) != len(keys):
+            raise BadRequest("a batch names a document twice", code="bad_rows")
+        if not keys:
+            return []
+        data = self._prepare(all_rows)
+        table = self._writable(index)
+        digests = [doc_key(d, f) for d, f in keys]
+        where = "doc_key IN (" + ", ".join(f"'{d}'" for d in digests) + ")"
+        before = offload(self._upsert_counted, table, data, where)
+        return [
+            (len(rows), before.get(digest, 0))
+            for (_, _, rows), digest in zip(documents, digests, strict=True)
+        ]
 
     def delete_document(self, index: str, *, dataset: str, filename: str) -> int:
         check_name(dataset, "dataset")
@@ -257,13 +334,15 @@ class Store:
         return offload(table.count_rows, _doc_filter(dataset, filename, document_id)) > 0
 
     def drop(self, index: str) -> bool:
+        """Drop an index: its table, any table a rebuild left behind, and its alias. True when a table existed."""
         check_name(index, "index")
-        self._tables.pop(index, None)
-        if index not in offload(self._table_names):
-            return False
-        offload(self._db.drop_table, index, ignore_missing=True)
-        self._tables.pop(index, None)
-        return True
+        existed = self.exists(index)
+        for name in offload(self._table_names):
+            if name == index or self._staged_for(name) == index:
+                self._tables.pop(name, None)
+                offload(self._db.drop_table, name, ignore_missing=True)
+        (self.root / ALIASES / index).unlink(missing_ok=True)
+        return existed
 
     # -- bulk writes from other processes (the Ray engine writes Lance fragments into the table's folder) -----
 
@@ -324,6 +403,78 @@ class Store:
         """Fold recent writes into the FTS index and compact fragments (done after every write already)."""
         offload(self._optimize, self._require(index))
 
+    # -- rebuilds: a new table, swapped in when complete ------------------------------------------------------
+
+    def new_staged(self, index: str) -> str:
+        """Create an empty table to rebuild `index` into; its name works as `index` in every call of this class
+        (and in no HTTP route). Searches of `index` keep using the current table until `promote`."""
+        check_name(index, "index")
+        name = f"{index}.{secrets.token_hex(6)}"
+        self._tables[name] = offload(self._create, name)
+        return name
+
+    def staged_tables(self, index: str) -> list[str]:
+        """Tables built for `index` that do not serve it: a rebuild in progress, or one that crashed."""
+        check_name(index, "index")
+        current = self._physical(index)
+        return [n for n in offload(self._table_names) if self._staged_for(n) == index and n != current]
+
+    def promote(self, index: str, staged: str) -> None:
+        """Make the complete table `staged` serve `index` (one atomic file replace), then drop the old table."""
+        check_name(index, "index")
+        if self._staged_for(staged) != index:
+            raise BadRequest(f"{staged} was not built for index {index}", code="bad_name", field="index")
+        if staged not in offload(self._table_names):
+            raise NotFound(f"the rebuilt table of index '{index}' is gone", code="index_not_found")
+        old = self._physical(index)
+        folder = self.root / ALIASES
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(staged + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, folder / index)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        if old != staged:
+            self._tables.pop(old, None)
+            offload(self._db.drop_table, old, ignore_missing=True)
+
+    def discard(self, staged: str) -> None:
+        """Drop a table a rebuild was building (it failed, or crashed earlier); never a serving one."""
+        index = self._staged_for(staged)
+        if index is None or self._physical(index) == staged:
+            raise BadRequest(f"{staged} is not a table being rebuilt", code="bad_name", field="index")
+        self._tables.pop(staged, None)
+        offload(self._db.drop_table, staged, ignore_missing=True)
+
+    def scan_documents(self, index: str, keys: list[tuple[str, str]]) -> pa.Table:
+        """Every stored column of the given (dataset, filename) documents, for carrying them into a rebuild.
+        No embedder check: a rebuild reads a table made with another embedder to re-embed its texts."""
+        table = self._require(index)
+        digests = sorted({doc_key(d, f) for d, f in keys})
+        if not digests:
+            return offload(self._scan_arrow, table, "doc_key = ''", table.schema.names)
+        parts = []
+        for start in range(0, len(digests), 500):
+            chunk = digests[start : start + 500]
+            where = "doc_key IN (" + ", ".join(f"'{d}'" for d in chunk) + ")"
+            parts.append(offload(self._scan_arrow, table, where, table.schema.names))
+        return pa.concat_tables(parts)
+
+    def write_rows(self, index: str, data: pa.Table, keys: list[tuple[str, str]]) -> None:
+        """Replace the documents `keys` with `data` (rows as `scan_documents` returns them) in one commit."""
+        table = self._writable(index)
+        data = data.select(table_schema(self.embedder.dim, self.own_marker).names).cast(
+            table_schema(self.embedder.dim, self.own_marker)
+        )
+        digests = sorted({doc_key(d, f) for d, f in keys})
+        where = "doc_key IN (" + ", ".join(f"'{d}'" for d in digests) + ")" if digests else None
+        offload(self._upsert, table, data, where)
+
     # -- reads ----------------------------------------------------------------------------------------------
 
     def search(
@@ -346,14 +497,19 @@ class Store:
         names = [indexes] if isinstance(indexes, str) else list(dict.fromkeys(indexes or []))
         if not names:
             raise BadRequest("at least one index is required", code="bad_name", field="index")
-        names = [check_name(n, "index") for n in names]
+        names = [check_table(n) for n in names]
         filters = [check_name(d, "datasets") for d in dict.fromkeys(datasets or [])]
         if not isinstance(limit, int) or limit < 1:
             raise BadRequest("limit must be a positive integer", field="limit")
         limit = min(limit, MAX_LIMIT)
-        tables = [(name, self._require(name)) for name in names]
-        for name, table in tables:
-            self._check_marker(name, offload(self._read_marker, table))
+
+        def open_tables() -> list[tuple[str, LanceTable]]:
+            tables = [(name, self._require(name)) for name in names]
+            for name, table in tables:
+                self._check_marker(name, offload(self._read_marker, table))
+            return tables
+
+        tables = open_tables()
 
         query = query if isinstance(query, str) else ""
         qvec = None
@@ -369,7 +525,17 @@ class Store:
         fts_text = query if mode in ("hybrid", "fts") and _has_words(query) else None
         where = _in_clause("dataset", filters) if filters else None
         leg_limit = max(limit, HYBRID_LEG_MIN) if mode == "hybrid" else limit
-        vec_rows, fts_rows = offload(self._run_legs, tables, qvec, fts_text, where, leg_limit)
+        try:
+            vec_rows, fts_rows = offload(self._run_legs, tables, qvec, fts_text, where, leg_limit)
+        except ApiError:
+            raise
+        except Exception:
+            # A rebuild may have swapped a table (and dropped the old one) under this search: once more on the
+            # tables that serve the indexes now; the same failure on the same tables is a real one.
+            fresh = open_tables()
+            if all(a is b for (_, a), (_, b) in zip(tables, fresh, strict=True)):
+                raise
+            vec_rows, fts_rows = offload(self._run_legs, fresh, qvec, fts_text, where, leg_limit)
         return fuse(vec_rows, fts_rows, qvec, limit=limit, fusion=fusion, rrf_k=rrf_k, alpha=fusion_alpha)
 
     def neighbours(
@@ -402,16 +568,25 @@ class Store:
         }
 
     def list_documents(self, index: str) -> list[dict]:
-        table = self._require(index)
-        return offload(self._list_documents, table)
+        return self._read(index, self._list_documents)
 
     def list_datasets(self, index: str) -> list[str]:
-        table = self._require(index)
-        rows = offload(self._scan_arrow, table, None, ["dataset"])
+        rows = self._read(index, lambda table: self._scan_arrow(table, None, ["dataset"]))
         return sorted(set(rows.column("dataset").to_pylist()))
 
     def count(self, index: str) -> int:
-        return offload(self._require(index).count_rows)
+        return self._read(index, lambda table: table.count_rows())
+
+    def _read(self, index: str, fn):
+        """fn(table) off the loop; once more on the new table when a rebuild swapped it in meanwhile."""
+        table = self._require(index)
+        try:
+            return offload(fn, table)
+        except Exception:
+            fresh = self._require(index)
+            if fresh is table:
+                raise
+            return offload(fn, fresh)
 
     # -- internals: tables ----------------------------------------------------------------------------------
 
@@ -425,15 +600,34 @@ class Store:
             if not token:
                 return names
 
+    @staticmethod
+    def _staged_for(name: str) -> str | None:
+        """The index a rebuild table `<index>.<hex>` was made for; None for any other name."""
+        match = STAGED_RE.fullmatch(name)
+        return match.group(1) if match else None
+
+    def _physical(self, index: str) -> str:
+        """The table that serves `index`: the one its alias names after a rebuild, else the table `index`."""
+        if STAGED_RE.fullmatch(index):
+            return index
+        try:
+            target = (self.root / ALIASES / index).read_text(encoding="utf-8").strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return index
+        return target if self._staged_for(target) == index else index
+
     def _open(self, index: str) -> LanceTable | None:
-        check_name(index, "index")
-        if index not in offload(self._table_names):
-            self._tables.pop(index, None)  # dropped, maybe by another process
+        check_table(index)
+        name = self._physical(index)
+        if name not in offload(self._table_names):
+            self._tables.pop(name, None)  # dropped, maybe by another process
             return None
-        table = self._tables.get(index)
+        table = self._tables.get(name)
         if table is None:
-            table = offload(self._db.open_table, index)
-            self._tables[index] = table
+            for stale in [n for n in self._tables if n != name and (self._staged_for(n) or n) == index]:
+                self._tables.pop(stale, None)  # swapped out by a rebuild, maybe in another process
+            table = offload(self._db.open_table, name)
+            self._tables[name] = table
         return table
 
     def _require(self, index: str) -> LanceTable:
@@ -445,8 +639,9 @@ class Store:
     def _writable(self, index: str) -> LanceTable:
         table = self._open(index)
         if table is None:
-            table = offload(self._create, index)
-            self._tables[index] = table
+            name = self._physical(index)
+            table = offload(self._create, name)
+            self._tables[name] = table
         self._check_marker(index, offload(self._read_marker, table))
         return table
 
@@ -552,24 +747,52 @@ class Store:
         columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
         return pa.table(columns, schema=schema)
 
-    def _upsert(self, table: LanceTable, data: pa.Table, replace_where: str | None) -> int:
+    def _upsert(
+        self, table: LanceTable, data: pa.Table, replace_where: str | None, *, count: bool = True
+    ) -> int:
         """One commit: rows matched by id are updated, new ones inserted, and (when replacing) the document's
         rows that are not in `data` deleted. Returns how many rows the document had before."""
-        removed = table.count_rows(replace_where) if replace_where else 0
-        builder = table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
-        if replace_where:
-            builder = builder.when_not_matched_by_source_delete(replace_where)
-        builder.execute(data)
-        self._optimize(table)
-        self._maybe_build_ann(table)
+        removed = table.count_rows(replace_where) if replace_where and count else 0
+
+        def commit() -> None:
+            builder = table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+            if replace_where:
+                builder = builder.when_not_matched_by_source_delete(replace_where)
+            builder.execute(data)
+
+        _retry_conflicts(commit, f"writing to {table.name}")
+        self._after_write(table)
         return removed
+
+    def _upsert_counted(self, table: LanceTable, data: pa.Table, replace_where: str) -> dict[str, int]:
+        """`_upsert` for a batch: the rows each doc_key had before, {doc_key: count}."""
+        before = self._scan_arrow(table, replace_where, ["doc_key"]).column("doc_key").to_pylist()
+        counts: dict[str, int] = {}
+        for key in before:
+            counts[key] = counts.get(key, 0) + 1
+        self._upsert(table, data, replace_where, count=False)
+        return counts
 
     def _delete(self, table: LanceTable, where: str) -> int:
         count = table.count_rows(where)
         if count:
-            table.delete(where)
-            self._optimize(table)
+            _retry_conflicts(lambda: table.delete(where), f"deleting from {table.name}")
+            self._after_write(table)
         return count
+
+    def _after_write(self, table: LanceTable) -> None:
+        """Housekeeping after a committed write: it never turns that write into a failure. What loses a race
+        with another process (or fails otherwise) is logged and done by a later write."""
+        try:
+            self._optimize(table)
+        except Exception as exc:
+            log.warning(
+                "compacting %s deferred to a later write (the write itself is committed): %s", table.name, exc
+            )
+        try:
+            self._maybe_build_ann(table)
+        except Exception as exc:
+            log.warning("building the ANN index of %s deferred to a later write: %s", table.name, exc)
 
     @staticmethod
     def _optimize(table: LanceTable) -> None:
@@ -683,6 +906,26 @@ class Store:
             for r in grouped.to_pylist()
         ]
         return sorted(docs, key=lambda d: (d["dataset"], d["filename"].lower(), d["filename"]))
+
+
+def is_commit_conflict(exc: BaseException) -> bool:
+    """LanceDB's optimistic concurrency refused a commit because another one landed first; nothing was written."""
+    return "commit conflict" in str(exc).lower() or "CommitConflict" in type(exc).__name__
+
+
+def _retry_conflicts(fn, what: str):
+    """fn() again, after a growing randomised pause, while it loses commit races; other errors go through."""
+    pause = COMMIT_BACKOFF_S
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == COMMIT_ATTEMPTS or not is_commit_conflict(exc):
+                raise
+            log.info("%s: commit conflict (attempt %d), retrying: %s", what, attempt, str(exc)[:200])
+            native_sleep(pause * (1 + random.random()))
+            pause = min(pause * 2, COMMIT_BACKOFF_MAX_S)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _hit(index: str, row: dict) -> Hit:

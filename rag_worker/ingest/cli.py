@@ -10,6 +10,17 @@ from pathlib import Path
 
 from ..errors import ApiError
 
+# The CLI writes and never serves searches: small Lance caches keep its memory flat over 100k files
+# (bench/ingest_memory.py); LANCEDB_INDEX_CACHE_MB / LANCEDB_METADATA_CACHE_MB still win when set.
+INGEST_CACHES = {"LANCEDB_INDEX_CACHE_MB": 64, "LANCEDB_METADATA_CACHE_MB": 16}
+
+
+def ingest_settings():
+    """The worker's settings from the environment, with the indexing CLI's cache sizes unless set there."""
+    from ..settings import Settings
+
+    return Settings(**{k: v for k, v in INGEST_CACHES.items() if k not in os.environ})
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -18,7 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("folder", type=Path)
     parser.add_argument("--index", default="default", help="index (table) name, default 'default'")
-    parser.add_argument("--rebuild", action="store_true", help="drop the index first, then index everything")
+    parser.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="index everything again into a new table, swapped in when complete (documents whose file is "
+        "not in the folder are kept unless --prune)",
+    )
     parser.add_argument(
         "--prune",
         action="store_true",
@@ -46,10 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from ..services import Services
-    from ..settings import Settings
     from .pipeline import BatchDone, Progress, index_folder
 
-    services = Services(Settings())
+    services = Services(ingest_settings())
     nodes: set[str] = set()
     if args.engine == "ray":
         from .ray_engine import available, index_folder_ray
@@ -89,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"index '{args.index}': {event.documents} documents ({event.unchanged} unchanged), "
                     f"{event.chunks} chunks, {len(event.failed)} failed, {event.removed} chunks pruned, "
+                    f"{event.kept} kept from before, "
                     f"in {event.seconds:.1f} s" + (f" on {len(nodes)} Ray nodes" if nodes else "")
                 )
                 for problem in event.failed:

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..names import check_name
+from ..names import check_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..services import Services
@@ -36,7 +36,7 @@ SUMMARY_PROMPT = (
 
 
 def overviews_path(settings: Settings, index: str) -> Path:
-    return settings.overviews_dir / f"{check_name(index, 'index')}.jsonl"
+    return settings.overviews_dir / f"{check_table(index)}.jsonl"
 
 
 def fallback_overview(title: str, chunks: list[Chunk], max_chars: int = FALLBACK_CHARS) -> str:
@@ -127,10 +127,7 @@ def load_overviews(settings: Settings, index: str) -> list[dict]:
 
 
 def upsert_overview(settings: Settings, index: str, entry: dict) -> None:
-    key = (entry["dataset"], entry["filename"])
-    entries = [e for e in load_overviews(settings, index) if (e.get("dataset"), e.get("filename")) != key]
-    entries.append(entry)
-    _write(overviews_path(settings, index), entries)
+    upsert_overviews(settings, index, [entry])
 
 
 def upsert_overviews(settings: Settings, index: str, new_entries: list[dict]) -> None:
@@ -154,6 +151,15 @@ def remove_overview(settings: Settings, index: str, *, dataset: str, filename: s
 
 def drop_overviews(settings: Settings, index: str) -> None:
     overviews_path(settings, index).unlink(missing_ok=True)
+
+
+def promote_overviews(settings: Settings, index: str, staged: str) -> None:
+    """A rebuild's overviews (built under the name of its new table) become the index's, in one replace."""
+    source = overviews_path(settings, staged)
+    if source.exists():
+        os.replace(source, overviews_path(settings, index))
+    else:
+        drop_overviews(settings, index)
 
 
 def _write(path: Path, entries: list[dict]) -> None:

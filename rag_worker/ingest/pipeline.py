@@ -9,6 +9,7 @@ rows it had. The original file is moved into place, and the overview written, un
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -21,11 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
 from docling_core.types.doc import DocItemLabel
 
 from .. import tables
 from ..errors import ApiError
-from ..names import check_filename, check_name
+from ..names import STAGED_RE, check_filename, check_name, check_table
 from ..runtime import offload
 from . import attachments, overviews
 from .chunk import Chunk, Chunker
@@ -91,6 +94,7 @@ class BatchDone:
     unchanged: int = 0
     failed: list[dict] = field(default_factory=list)
     removed: int = 0
+    kept: int = 0  # a rebuild's documents carried over from the old table (file not in the folder, or failed)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -227,16 +231,23 @@ def prepare_steps(
     filename: str | None = None,
     *,
     keep_at: Path | None = None,
+    known: dict[tuple[str, str], tuple[str, int]] | None = None,
 ) -> Iterator[str]:
     """Hash, then convert and chunk (yielding those stage names); return a Prepared file, or the IngestResult of
     a no-op when these exact bytes are already indexed under this name."""
-    check_name(index, "index")
+    check_table(index)
     check_name(dataset, "dataset")
     filename = check_filename(filename or path.name)
     kind_of(filename)
     store = services.store
     document_id = offload(file_sha256, path)
-    if store.exists(index):
+    if (
+        known is not None
+    ):  # a folder run: what the index held when it started, {(dataset, name): (id, chunks)}
+        have = known.get((dataset, filename))
+        if have is not None and have[0] == document_id:
+            return IngestResult(filename, dataset, document_id, have[1], replaced=False, unchanged=True)
+    elif store.exists(index):
         store.check_compatible(index)
         if store.has_document(index, dataset=dataset, filename=filename, document_id=document_id):
             if keep_at is not None:
@@ -272,36 +283,57 @@ def prepare_steps(
 
 def write_prepared(services: Services, index: str, prepared: Prepared, vectors) -> IngestResult:
     """Write one prepared file's rows (replacing the name's old rows in one commit), its original and overview."""
-    overview, source = overviews.build_overview(services, prepared.title, prepared.chunks)
+    return write_batch(services, index, [(prepared, vectors)])[0]
+
+
+def write_batch(services: Services, index: str, items: list[tuple[Prepared, object]]) -> list[IngestResult]:
+    """Write several prepared files [(prepared, vectors)] in one commit, replacing their names' old rows: each
+    file is in the index whole or not at all, and a crash loses at most this batch. Originals are moved into
+    place and the overviews written (one rewrite of the overview file) under the same write lock."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    rows = document_rows(prepared, vectors, now)
+    documents = []
+    entries = []
+    for prepared, vectors in items:
+        overview, source = overviews.build_overview(services, prepared.title, prepared.chunks)
+        rows = document_rows(prepared, vectors, now)
+        documents.append((prepared.dataset, prepared.filename, rows))
+        entries.append(
+            {
+                "dataset": prepared.dataset,
+                "filename": prepared.filename,
+                "document_id": prepared.document_id,
+                "title": prepared.title,
+                "overview": overview,
+                "source": source,
+                "chunks": len(rows),
+                "indexed_at": now,
+            }
+        )
     store = services.store
     with services.index_lock(index):
-        added, removed = store.replace_document(
-            index, dataset=prepared.dataset, filename=prepared.filename, rows=rows
-        )
-        if prepared.keep_at is not None:
-            _keep(prepared.path, prepared.keep_at)
-        described = offload(tables.store_sheets, services.settings, index, prepared)
-        if described:
-            overview = f"{overview} Tables: {'; '.join(described)}"
-        entry = {
-            "dataset": prepared.dataset,
-            "filename": prepared.filename,
-            "document_id": prepared.document_id,
-            "title": prepared.title,
-            "overview": overview,
-            "source": source,
-            "chunks": added,
-            "indexed_at": now,
-        }
-        offload(overviews.upsert_overview, services.settings, index, entry)
-    result = IngestResult(
-        prepared.filename, prepared.dataset, prepared.document_id, added, replaced=removed > 0
-    )
-    if prepared.attachments:
-        result.attachments = attachments.ingest_attachments(services, index, prepared)
-    return result
+        counts = store.replace_documents(index, documents)
+        for (prepared, _), entry in zip(items, entries, strict=True):
+            if prepared.keep_at is not None:
+                _keep(prepared.path, prepared.keep_at)
+            # SQL tables live under the index's own name, also while a rebuild builds its new table.
+            described = offload(tables.store_sheets, services.settings, _served(index), prepared)
+            if described:
+                entry["overview"] = f"{entry['overview']} Tables: {'; '.join(described)}"
+        offload(overviews.upsert_overviews, services.settings, index, entries)
+    results = [
+        IngestResult(prepared.filename, prepared.dataset, prepared.document_id, added, replaced=removed > 0)
+        for (prepared, _), (added, removed) in zip(items, counts, strict=True)
+    ]
+    for (prepared, _), result in zip(items, results, strict=True):
+        if prepared.attachments:
+            result.attachments = attachments.ingest_attachments(services, index, prepared)
+    return results
+
+
+def _served(index: str) -> str:
+    """The index a table name serves: itself, or the index a rebuild table `<index>.<hex>` is built for."""
+    match = STAGED_RE.fullmatch(index)
+    return match.group(1) if match else index
 
 
 def document_rows(prepared: Prepared, vectors, now: str) -> list[dict]:
@@ -388,17 +420,23 @@ def uploads_path(services: Services, index: str, dataset: str, filename: str) ->
 def folder_files(folder: Path) -> tuple[list[tuple[str, Path]], list[dict]]:
     """(dataset, path) for every file to index, and problems found while listing.
 
-    Files directly in `folder` belong to dataset "default"; each subfolder is a dataset of the same name.
-    Hidden entries are skipped; deeper folders and badly named subfolders are reported, not indexed.
+    Files directly in `folder` belong to dataset "default"; each subfolder is a dataset of the same name. The
+    file rule is the upload's: a name `/add_document` accepts is indexed here too, dot-files included
+    (`.notes.md`); a hidden file of a type no upload would accept (`.DS_Store`, `.gitignore`) is passed over
+    quietly, other unsupported files are reported. Hidden folders, deeper folders and badly named subfolders
+    are skipped (the last two reported).
     """
     files: list[tuple[str, Path]] = []
     problems: list[dict] = []
+
+    def wanted(entry: Path) -> bool:
+        return not entry.name.startswith(".") or is_supported(entry.name)
+
     for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.startswith("."):
-            continue
         if entry.is_file():
-            files.append((DEFAULT_DATASET, entry))
-        elif entry.is_dir():
+            if wanted(entry):
+                files.append((DEFAULT_DATASET, entry))
+        elif entry.is_dir() and not entry.name.startswith("."):
             try:
                 dataset = check_name(entry.name, "dataset")
             except ApiError as err:
@@ -407,11 +445,10 @@ def folder_files(folder: Path) -> tuple[list[tuple[str, Path]], list[dict]]:
                 )
                 continue
             for sub in sorted(entry.iterdir(), key=lambda p: p.name):
-                if sub.name.startswith("."):
-                    continue
                 if sub.is_file():
-                    files.append((dataset, sub))
-                else:
+                    if wanted(sub):
+                        files.append((dataset, sub))
+                elif not sub.name.startswith("."):
                     problems.append(
                         {
                             "file": f"{entry.name}/{sub.name}",
@@ -422,48 +459,65 @@ def folder_files(folder: Path) -> tuple[list[tuple[str, Path]], list[dict]]:
     return files, problems
 
 
-def index_folder(
-    services: Services, index: str, folder: Path, rebuild: bool = False, *, prune: bool = False
-) -> Iterator[Progress | BatchDone]:
-    """Index every supported file of `folder`, yielding Progress per file and stage, then one BatchDone.
+def _source_in(folder: Path, dataset: str, filename: str) -> Path | None:
+    """The file a (dataset, filename) document is read from in `folder`, if it is there."""
+    for candidate in (folder / dataset / filename, folder / filename if dataset == DEFAULT_DATASET else None):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
 
-    A file that fails is reported (stage "failed", with its reason) and the batch goes on. `rebuild` drops the
-    index first (the way out of an embedder mismatch). `prune` also removes documents whose file is no longer
-    in the folder (used when the folder is the index's own uploads folder).
-    Raises EmbedderMismatch before touching anything when the index was built with another embedding model.
-    """
-    check_name(index, "index")
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise IngestError("not_found", f"folder {folder} does not exist", field="folder")
-    started = time.monotonic()
-    if rebuild:
-        drop_index(services, index)
-    elif services.store.exists(index):
-        services.store.check_compatible(index)
 
-    files, problems = folder_files(folder)
-    total = len(files)
-    stats = {"finished": 0, "documents": 0, "chunks": 0, "unchanged": 0}
-    failed = list(problems)
-    seen: set[tuple[str, str]] = set()
+def _names_in(folder: Path, dataset: str) -> set[str]:
+    """The file names a dataset has in `folder` (an e-mail there keeps its attachment documents)."""
+    dirs = [folder / dataset, *([folder] if dataset == DEFAULT_DATASET else [])]
+    return {p.name for d in dirs if d.is_dir() for p in d.iterdir() if p.is_file()}
+
+
+class _Run:
+    """Counters of one indexing run, shared by its steps."""
+
+    def __init__(self, total: int, problems: list[dict]):
+        self.total = total
+        self.finished = 0
+        self.documents = 0
+        self.chunks = 0
+        self.unchanged = 0
+        self.failed = list(problems)
+        self.seen: set[tuple[str, str]] = set()  # (dataset, name) of every file found, indexed or not
+
+    def fail(self, label: str, dataset: str, code: str, message: str) -> Progress:
+        self.finished += 1
+        self.failed.append({"file": label, "code": code, "error": message})
+        return Progress(label, self.finished, self.total, "failed", dataset, message, code)
+
+    def finish(self, label: str, result: IngestResult) -> Progress:
+        self.finished += 1
+        self.documents += 1
+        self.chunks += result.chunks
+        self.unchanged += int(result.unchanged)
+        stage = "unchanged" if result.unchanged else "indexed"
+        return Progress(label, self.finished, self.total, stage, result.dataset)
+
+
+def _index_files(
+    services: Services, target: str, folder: Path, files: list[tuple[str, Path]], run: _Run
+) -> Iterator[Progress]:
+    """Convert, chunk, embed and write each file into the table `target`, yielding Progress.
+
+    Files are embedded and committed in batches (`write_batch`): a crash loses at most the batch in flight, and
+    a run started again skips every file whose bytes are already indexed under its name (read once, here)."""
+    known = (
+        {
+            (d["dataset"], d["filename"]): (d["document_id"], int(d["chunks"]))
+            for d in services.store.list_documents(target)
+        }
+        if services.store.exists(target)
+        else {}
+    )
     pending: list[tuple[str, Prepared]] = []
     # Small files are embedded together: one forward pass over many chunks is several times faster per chunk
     # than one pass per two-chunk file (bench/ingest_throughput.py).
     flush_at = max(1, services.embedder.batch_size) * 4
-
-    def fail(label: str, dataset: str, code: str, message: str) -> Progress:
-        stats["finished"] += 1
-        failed.append({"file": label, "code": code, "error": message})
-        return Progress(label, stats["finished"], total, "failed", dataset, message, code)
-
-    def finish(label: str, result: IngestResult) -> Progress:
-        stats["finished"] += 1
-        stats["documents"] += 1
-        stats["chunks"] += result.chunks
-        stats["unchanged"] += int(result.unchanged)
-        stage = "unchanged" if result.unchanged else "indexed"
-        return Progress(label, stats["finished"], total, stage, result.dataset)
 
     def flush() -> Iterator[Progress]:
         batch = list(pending)
@@ -471,46 +525,66 @@ def index_folder(
         if not batch:
             return
         for label, prep in batch:
-            yield Progress(label, stats["finished"], total, "embedding", prep.dataset)
+            yield Progress(label, run.finished, run.total, "embedding", prep.dataset)
         texts = [c.embed_text for _, prep in batch for c in prep.chunks]
         try:
             vectors = services.embedder.embed_documents(texts)
         except Exception as exc:
             log.exception("embedding a batch failed")
             for label, prep in batch:
-                yield fail(
+                yield run.fail(
                     label, prep.dataset, "internal", f"embedding failed: {type(exc).__name__}: {exc}"[:300]
                 )
             return
+        items = []
         offset = 0
         for label, prep in batch:
-            part = vectors[offset : offset + len(prep.chunks)]
+            items.append((prep, vectors[offset : offset + len(prep.chunks)]))
             offset += len(prep.chunks)
-            yield Progress(label, stats["finished"], total, "writing", prep.dataset)
+            yield Progress(label, run.finished, run.total, "writing", prep.dataset)
+        try:
+            results = write_batch(services, target, items)  # the whole batch in one commit
+        except ApiError as err:
+            if err.code == "embedder_mismatch":
+                raise
+            results = None
+        except Exception:
+            log.exception("writing a batch of %d files failed; writing them one by one", len(batch))
+            results = None
+        if results is not None:
+            for (label, _), result in zip(batch, results, strict=True):
+                yield run.finish(label, result)
+            return
+        for (label, prep), (_, part) in zip(batch, items, strict=True):  # find the file that fails
             try:
-                result = write_prepared(services, index, prep, part)
+                result = write_prepared(services, target, prep, part)
             except ApiError as err:
                 if err.code == "embedder_mismatch":
                     raise
-                yield fail(label, prep.dataset, err.code, err.message)
+                yield run.fail(label, prep.dataset, err.code, err.message)
                 continue
             except Exception as exc:
                 log.exception("writing %s failed", label)
-                yield fail(
+                yield run.fail(
                     label, prep.dataset, "internal", f"internal error: {type(exc).__name__}: {exc}"[:300]
                 )
                 continue
-            yield finish(label, result)
+            yield run.finish(label, result)
 
     for dataset, path in files:
         label = (
             path.name if dataset == DEFAULT_DATASET and path.parent == folder else f"{dataset}/{path.name}"
         )
-        seen.add((dataset, path.name))
-        if not is_supported(path.name):
-            yield fail(label, dataset, "unsupported_type", "unsupported file type")
+        try:
+            name = check_filename(path.name)
+        except ApiError as err:
+            yield run.fail(label, dataset, err.code, err.message)
             continue
-        steps = prepare_steps(services, index, dataset, path, path.name)
+        run.seen.add((dataset, name))
+        if not is_supported(name):
+            yield run.fail(label, dataset, "unsupported_type", "unsupported file type")
+            continue
+        steps = prepare_steps(services, target, dataset, path, name, known=known)
         try:
             while True:
                 try:
@@ -518,37 +592,197 @@ def index_folder(
                 except StopIteration as stop:
                     outcome: Prepared | IngestResult = stop.value
                     break
-                yield Progress(label, stats["finished"], total, stage, dataset)
+                yield Progress(label, run.finished, run.total, stage, dataset)
         except ApiError as err:
             if err.code == "embedder_mismatch":
                 raise
-            yield fail(label, dataset, err.code, err.message)
+            yield run.fail(label, dataset, err.code, err.message)
             continue
         except Exception as exc:  # one bad file never stops the batch
             log.exception("indexing %s failed", label)
-            yield fail(label, dataset, "internal", f"internal error: {type(exc).__name__}: {exc}"[:300])
+            yield run.fail(label, dataset, "internal", f"internal error: {type(exc).__name__}: {exc}"[:300])
             continue
         if isinstance(outcome, IngestResult):
-            yield finish(label, outcome)
+            yield run.finish(label, outcome)
             continue
         pending.append((label, outcome))
         if sum(len(p.chunks) for _, p in pending) >= flush_at:
             yield from flush()
     yield from flush()
 
+
+def index_folder(
+    services: Services, index: str, folder: Path, rebuild: bool = False, *, prune: bool = False
+) -> Iterator[Progress | BatchDone]:
+    """Index every supported file of `folder`, yielding Progress per file and stage, then one BatchDone.
+
+    A file that fails is reported (stage "failed", with its reason) and the batch goes on. `rebuild` indexes
+    everything again into a new table and swaps it in when complete (see `_rebuild`); the way out of an
+    embedder mismatch. `prune` removes documents whose file is not in the folder (used when the folder is the
+    index's own uploads folder); without it such documents are kept, a rebuild included.
+    Raises EmbedderMismatch before touching anything when the index was built with another embedding model and
+    no rebuild is asked; Conflict (409 `busy`) when the index is already being rebuilt.
+    """
+    check_name(index, "index")
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise IngestError("not_found", f"folder {folder} does not exist", field="folder")
+    started = time.monotonic()
+    if rebuild:
+        with services.rebuild_guard(index):
+            yield from _rebuild(services, index, folder, prune, started)
+        return
+    if services.store.exists(index):
+        services.store.check_compatible(index)
+
+    files, problems = folder_files(folder)
+    run = _Run(len(files), problems)
+    yield from _index_files(services, index, folder, files, run)
+
     removed = 0
-    if prune and not rebuild and services.store.exists(index):
+    if prune and services.store.exists(index):
         for doc in services.store.list_documents(index):
-            messages = {name for ds, name in seen if ds == doc["dataset"]}
-            if (doc["dataset"], doc["filename"]) not in seen and not attachments.belongs_to_a_message(
+            messages = {name for ds, name in run.seen if ds == doc["dataset"]}
+            if (doc["dataset"], doc["filename"]) not in run.seen and not attachments.belongs_to_a_message(
                 doc["filename"], messages
             ):
                 removed += delete_document(services, index, doc["dataset"], doc["filename"])
     yield BatchDone(
-        documents=stats["documents"],
-        chunks=stats["chunks"],
+        documents=run.documents,
+        chunks=run.chunks,
         seconds=round(time.monotonic() - started, 3),
-        unchanged=stats["unchanged"],
-        failed=failed,
+        unchanged=run.unchanged,
+        failed=run.failed,
         removed=removed,
+    )
+
+
+def _rebuild(
+    services: Services, index: str, folder: Path, prune: bool, started: float
+) -> Iterator[Progress | BatchDone]:
+    """Index the folder into a new table while searches keep using the current one, carry over what the folder
+    cannot rebuild, and swap the new table in only when it is complete.
+
+    Kept from the current table: documents whose file is not in the folder (unless `prune`), files that failed
+    this time, and whatever uploads and deletes changed while the rebuild ran (settled under the index's write
+    lock, just before the swap). A crash or an error before the swap leaves the current table as it was; the
+    table being built is dropped then, or by the next rebuild when the process died.
+    """
+    store = services.store
+    for stale in store.staged_tables(index):  # a rebuild that crashed (only one runs at a time: the guard)
+        store.discard(stale)
+        overviews.drop_overviews(services.settings, stale)
+    staged = store.new_staged(index)
+    swapped = False
+    try:
+        files, problems = folder_files(folder)
+        run = _Run(len(files), problems)
+        yield from _index_files(services, staged, folder, files, run)
+        # Most of the carrying over (maybe re-embedding) happens without the lock; what uploads and deletes
+        # changed meanwhile is settled under it, then the swap.
+        kept, removed = _settle(services, index, staged, folder, prune)
+        with services.index_lock(index):
+            more_kept, more_removed = _settle(services, index, staged, folder, prune)
+            store.promote(index, staged)
+            overviews.promote_overviews(services.settings, index, staged)
+            swapped = True
+    finally:
+        if not swapped:
+            try:
+                store.discard(staged)
+                overviews.drop_overviews(services.settings, staged)
+            except Exception:  # the next rebuild drops it
+                log.exception("dropping the unfinished rebuild table %s failed", staged)
+    yield BatchDone(
+        documents=run.documents,
+        chunks=run.chunks,
+        seconds=round(time.monotonic() - started, 3),
+        unchanged=run.unchanged,
+        failed=run.failed,
+        removed=removed + more_removed,
+        kept=len(kept | more_kept),
+    )
+
+
+def _settle(
+    services: Services, index: str, staged: str, folder: Path, prune: bool
+) -> tuple[set[tuple[str, str]], int]:
+    """Make the rebuilt table hold what it must before the swap; returns (documents carried over, chunks of
+    documents left out because `prune` was asked)."""
+    store = services.store
+    current = (
+        {(d["dataset"], d["filename"]): d for d in store.list_documents(index)} if store.exists(index) else {}
+    )
+    built = {(d["dataset"], d["filename"]): d for d in store.list_documents(staged)}
+    carry: list[tuple[str, str]] = []
+    pruned = 0
+    for key, doc in current.items():
+        source = _source_in(folder, *key)
+        if key not in built:
+            if (
+                prune
+                and source is None
+                and not attachments.belongs_to_a_message(key[1], _names_in(folder, key[0]))
+            ):
+                pruned += int(doc["chunks"])
+            else:  # not in the folder, or its file failed this time: the current rows stay
+                carry.append(key)
+        elif (
+            built[key]["document_id"] != doc["document_id"]
+            and source is not None
+            and file_sha256(source) == doc["document_id"]
+        ):
+            carry.append(key)  # an upload replaced the file while the rebuild ran: the folder has its bytes
+    for key in built.keys() - current.keys():
+        if _source_in(folder, *key) is None:  # deleted while the rebuild ran (a delete removes the original)
+            store.delete_document(staged, dataset=key[0], filename=key[1])
+            overviews.remove_overview(services.settings, staged, dataset=key[0], filename=key[1])
+    if carry:
+        _carry_over(services, index, staged, carry)
+    return set(carry), pruned
+
+
+def _carry_over(services: Services, index: str, staged: str, keys: list[tuple[str, str]]) -> None:
+    """Copy documents' rows (and overviews) from the current table into the rebuilt one; their vectors are
+    computed again when the current table was made with another embedder."""
+    store = services.store
+    marker = store.marker(index)
+    same_embedder = (
+        marker.get("embedding_model") in (None, store.own_marker["embedding_model"])
+        and marker.get("dim", marker.get("table_dim")) == store.own_marker["dim"]
+    )
+    for start in range(0, len(keys), CARRY_BATCH):
+        part = keys[start : start + CARRY_BATCH]
+        rows = store.scan_documents(index, part)
+        if not same_embedder:
+            rows = _embedded_again(services, rows)
+        store.write_rows(staged, rows, part)
+    wanted = set(keys)
+    entries = [
+        e
+        for e in overviews.load_overviews(services.settings, index)
+        if (e.get("dataset"), e.get("filename")) in wanted
+    ]
+    if entries:
+        overviews.upsert_overviews(services.settings, staged, entries)
+
+
+CARRY_BATCH = 200
+
+
+def _embedded_again(services: Services, rows):
+    """The rows with vectors from this worker's embedder: headings + text, as ingestion embeds a chunk."""
+    texts = []
+    for text, meta in zip(rows.column("text").to_pylist(), rows.column("metadata").to_pylist(), strict=True):
+        try:
+            headings = json.loads(meta or "{}").get("headings") or []
+        except (ValueError, AttributeError):
+            headings = []
+        texts.append("\n".join([*(str(h) for h in headings if h), text]))
+    vectors = np.asarray(services.embedder.embed_documents(texts), dtype=np.float32) if texts else None
+    dim = services.embedder.dim
+    flat = pa.array(vectors.reshape(-1) if vectors is not None else np.zeros(0, dtype=np.float32))
+    column = pa.FixedSizeListArray.from_arrays(flat, dim)
+    return rows.drop_columns(["vector"]).append_column(
+        pa.field("vector", pa.list_(pa.float32(), dim)), column
     )

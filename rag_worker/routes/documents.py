@@ -87,7 +87,10 @@ def add_document():
         )
     index = check_name(request.form.get("index", "default"), "index")
     dataset = check_name(request.form.get("dataset", "default"), "dataset")
-    filename = check_filename(storage.filename or "")
+    # A `filename` form field names the file exactly. The multipart header's filename is lossy: clients escape
+    # '"' as %22 and the parser unescapes any %22, so `per%22cent.md` would arrive as `per"cent.md`.
+    named = request.form.get("filename")
+    filename = check_filename(named if named is not None else (storage.filename or ""))
     kind_of(filename)  # 415 before a byte is stored
     tmp = save_upload(svc, storage, Path(filename).suffix.lower())
     if "text/event-stream" in request.headers.get("Accept", ""):

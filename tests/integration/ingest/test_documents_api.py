@@ -239,8 +239,14 @@ def test_an_index_built_with_another_embedder_is_refused_until_rebuilt(client, t
 
     rebuilt = sse_events(client.post("/index", json={"index": "foreign", "rebuild": True}))
     assert rebuilt[-1] == ("done", rebuilt[-1][1]) and rebuilt[-1][1]["documents"] == 1
-    assert set(documents(client, "foreign")) == {("default", "fresh.txt")}
+    # old.txt has no file in the folder: a rebuild keeps it (embedded again with this worker's model) ...
+    assert rebuilt[-1][1]["kept"] == 1
+    assert set(documents(client, "foreign")) == {("default", "fresh.txt"), ("default", "old.txt")}
     assert upload(client, "new.txt", b"New text.", index="foreign").status_code == 200
+    # ... unless prune is asked.
+    pruned = sse_events(client.post("/index", json={"index": "foreign", "rebuild": True, "prune": True}))
+    assert pruned[-1][0] == "done" and pruned[-1][1]["kept"] == 0
+    assert set(documents(client, "foreign")) == {("default", "fresh.txt"), ("default", "new.txt")}
 
 
 # -- bad input -----------------------------------------------------------------------------------------------------

@@ -1,0 +1,108 @@
+"""Folder indexing commits files in batches: the indexing CLI killed at any moment leaves only whole documents,
+and running it again skips what is already in. Real processes, real LanceDB, the real embedder."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.servers import ROOT
+
+FILES = 40
+
+
+def write_folder(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    for i in range(FILES):
+        sections = []
+        for s in range(3):  # three headed sections of ~120 words: several chunks per file
+            words = " ".join(f"topic{i:02d}s{s}w{w}" if w % 10 == 0 else "measurement" for w in range(120))
+            sections.append(f"## Section {s} of file {i}\n\n{words}.")
+        (folder / f"file{i:02d}.md").write_text(f"# File {i}\n\n" + "\n\n".join(sections), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    tmp = tmp_path_factory.mktemp("resume")
+    return {
+        **os.environ,
+        "INDEX_STORE": str(tmp / "store"),
+        "UPLOADS_DIR": str(tmp / "uploads"),
+        "HF_HUB_OFFLINE": "1",
+        "TORCH_THREADS": "1",
+        "LLM_BACKEND": "local",
+        "OVERVIEW_SUMMARIES": "off",
+        "EMBEDDING_BATCH_SIZE": "4",  # a batch of 16 chunks: many commits over the folder
+    }
+
+
+def expected_chunks(env, folder: Path) -> dict[str, int]:
+    """Chunks per file as the pipeline's own converter and chunker make them, computed independently here."""
+    from rag_worker.ingest.pipeline import parts
+    from rag_worker.services import Services
+    from rag_worker.settings import Settings
+
+    services = Services(Settings(INDEX_STORE=env["INDEX_STORE"], EMBEDDING_BATCH_SIZE=4))
+    part = parts(services)
+    return {
+        p.name: len(part.chunker.chunk(part.converter.convert(p).document)) for p in sorted(folder.iterdir())
+    }
+
+
+def stored(env) -> dict[str, int]:
+    """{filename: chunks} as a reader in another process sees the index now."""
+    from rag_worker.embeddings import Embedder
+    from rag_worker.settings import packaged_embedding_model
+    from rag_worker.store import Store
+
+    store = Store(Path(env["INDEX_STORE"]) / "lancedb", Embedder(packaged_embedding_model(), torch_threads=1))
+    if not store.exists("resume"):
+        return {}
+    return {d["filename"]: d["chunks"] for d in store.list_documents("resume")}
+
+
+def cli(env, folder) -> list[str]:
+    return [sys.executable, "-m", "rag_worker", "index", str(folder), "--index", "resume", "--quiet"]
+
+
+def test_a_killed_run_leaves_whole_documents_and_a_second_run_skips_them(env, tmp_path):
+    folder = tmp_path / "folder"
+    write_folder(folder)
+    want = expected_chunks(env, folder)
+    assert all(n >= 2 for n in want.values()), want
+
+    proc = subprocess.Popen(
+        cli(env, folder),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and not stored(env) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # mid-run: a crash, no chance to clean up
+        proc.wait(timeout=30)
+    after_crash = stored(env)
+    assert after_crash, "nothing was committed before the kill"
+    for name, chunks in after_crash.items():
+        assert chunks == want[name], f"{name} is half written: {chunks} of {want[name]} chunks"
+
+    again = subprocess.run(cli(env, folder), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, again.stdout + again.stderr
+    summary = re.search(r"(\d+) documents \((\d+) unchanged\)", again.stdout)
+    assert summary, again.stdout
+    assert int(summary.group(1)) == FILES
+    assert int(summary.group(2)) == len(after_crash)  # what the killed run committed is skipped
+    assert stored(env) == want
