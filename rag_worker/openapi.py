@@ -100,6 +100,8 @@ def _routes() -> list[Operation]:
                     "file": {"type": "string", "format": "binary"},
                     "dataset": NAME_SCHEMA,
                     "index": NAME_SCHEMA,
+                    # The file's name, when the multipart header can't carry it verbatim (it wins over it).
+                    "filename": FILENAME_SCHEMA,
                 },
             }
         }
