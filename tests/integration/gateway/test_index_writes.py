@@ -112,7 +112,7 @@ def upload(api, user, index_id, name, content: bytes, dataset="default") -> http
 
 def gateway_docs(api, user, index_id) -> dict[tuple[str, str], dict]:
     data = api.get(f"/api/indexes/{index_id}", headers=user).json()
-    return {(d["dataset"], d["filename"]): d for d in data["document_list"]}
+    return {(d["dataset"], d["filename"]): d for d in data["documents"]}
 
 
 def worker_docs(worker, table) -> list[tuple[str, str]]:
@@ -154,7 +154,7 @@ def test_a_rebuild_of_the_adopted_demo_index_keeps_its_documents(api, admin, wor
 
     frames = build(api, admin, demo["id"], rebuild=True)
     assert frames[-1][0] == "done", frames[-1]
-    assert settled(api, admin, demo["id"])["documents"] == 2
+    assert settled(api, admin, demo["id"])["document_count"] == 2
     assert set(gateway_docs(api, admin, demo["id"])) == {("docs", "backup.md"), ("docs", "security.md")}
     assert worker_docs(worker, "demo") == [("docs", "backup.md"), ("docs", "security.md")]
     assert reader.files_for("heronry", "demo") == ["backup.md"]
@@ -179,14 +179,14 @@ def test_twenty_concurrent_uploads_through_two_worker_processes_all_land_once(
     names = [("default", f"note{n:02d}.md") for n in range(UPLOADS)]
     listed = api.get(f"/api/indexes/{index['id']}", headers=admin).json()
     assert (
-        sorted((d["dataset"], d["filename"]) for d in listed["document_list"]) == names
+        sorted((d["dataset"], d["filename"]) for d in listed["documents"]) == names
     )  # each exactly once
-    assert listed["documents"] == UPLOADS
+    assert listed["document_count"] == UPLOADS
     table = worker_table(tmp, index["id"])
     assert worker_docs(worker, table) == names
     for n in range(UPLOADS):
         assert reader.files_for(marker(n), table)[:1] == [f"note{n:02d}.md"]
-    for doc in listed["document_list"]:
+    for doc in listed["documents"]:
         r = api.get(f"/api/indexes/{index['id']}/documents/{doc['id']}/download", headers=admin)
         assert r.status_code == 200 and marker(int(doc["filename"][4:6])) in r.text
 
@@ -269,7 +269,7 @@ def test_a_worker_killed_mid_rebuild_leaves_the_index_and_the_gateway_rows_intac
     assert "killed" in seen and seen[-1] == "error", seen  # the user is told the build broke
 
     data = settled(api, admin, index["id"])
-    assert data["documents"] == UPLOADS
+    assert data["document_count"] == UPLOADS
     assert sorted(gateway_docs(api, admin, index["id"])) == names
     wait_http(worker.url + "/health", proc=worker.proc)
     assert worker_docs(worker, table) == names

@@ -437,7 +437,7 @@ def test_unlinking_deleting_a_document_or_the_index_never_breaks_the_chat(a, car
     assert (
         a.patch(f"/api/chats/{chat_id}", json={"index_ids": [index["id"]]}, headers=carol).status_code == 200
     )
-    duck = next(d for d in index["document_list"] if d["filename"] == "duck.md")
+    duck = next(d for d in index["documents"] if d["filename"] == "duck.md")
     r = a.delete(f"/api/indexes/{index['id']}/documents/{duck['id']}", headers=carol)
     assert r.status_code in (200, 204), r.text
     answer = ask("And what else do they eat?")
@@ -489,8 +489,8 @@ def test_an_upload_streams_its_indexing_stages_then_the_stored_document(a, carol
     kind, document = seen[-1]
     assert kind == "done" and document["filename"] == "duck.md" and document["chunks"] > 0
     listed = a.get(f"/api/indexes/{index['id']}", headers=carol).json()
-    assert [d["filename"] for d in listed["document_list"]] == ["duck.md"]
-    assert listed["document_list"][0]["chunks"] == document["chunks"]
+    assert [d["filename"] for d in listed["documents"]] == ["duck.md"]
+    assert listed["documents"][0]["chunks"] == document["chunks"]
 
     # A file with no text fails in a stage: the stream says why, and nothing is listed.
     status, seen = upload_events(a, carol, index["id"], "blank.md", b"   \n\n  ")
@@ -498,7 +498,7 @@ def test_an_upload_streams_its_indexing_stages_then_the_stored_document(a, carol
     kind, error = seen[-1]
     assert kind == "error" and "no text" in error["error"]
     listed = a.get(f"/api/indexes/{index['id']}", headers=carol).json()
-    assert [d["filename"] for d in listed["document_list"]] == ["duck.md"]
+    assert [d["filename"] for d in listed["documents"]] == ["duck.md"]
 
     # Refusals before any work stay plain JSON 4xx.
     status, body = upload_events(a, carol, index["id"], "virus.exe", b"MZ")
@@ -531,5 +531,5 @@ def test_a_rebuild_outlives_the_page_that_started_it_and_can_be_rejoined(a, caro
         assert status == 204  # it had finished already
     after = a.get(f"/api/indexes/{index['id']}", headers=carol).json()
     assert after["status"] == "ready"
-    assert sorted(d["filename"] for d in after["document_list"]) == ["duck.md", "geese.md"]
-    assert all(d["chunks"] > 0 for d in after["document_list"])
+    assert sorted(d["filename"] for d in after["documents"]) == ["duck.md", "geese.md"]
+    assert all(d["chunks"] > 0 for d in after["documents"])
