@@ -178,9 +178,7 @@ def test_twenty_concurrent_uploads_through_two_worker_processes_all_land_once(
 
     names = [("default", f"note{n:02d}.md") for n in range(UPLOADS)]
     listed = api.get(f"/api/indexes/{index['id']}", headers=admin).json()
-    assert (
-        sorted((d["dataset"], d["filename"]) for d in listed["documents"]) == names
-    )  # each exactly once
+    assert sorted((d["dataset"], d["filename"]) for d in listed["documents"]) == names  # each exactly once
     assert listed["document_count"] == UPLOADS
     table = worker_table(tmp, index["id"])
     assert worker_docs(worker, table) == names
