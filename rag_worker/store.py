@@ -651,13 +651,17 @@ class Store:
         schema = table_schema(self.embedder.dim, self.own_marker)
         # exist_ok: another process may create the same index at the same moment; its marker is checked after.
         table = self._db.create_table(index, schema=schema, exist_ok=True)
-        if not any(idx.index_type == "FTS" for idx in table.list_indices()):
-            config = FTS(**FTS_CONFIG)
+
+        def ensure_fts() -> None:
+            if any(idx.index_type == "FTS" for idx in table.list_indices()):
+                return
             try:
-                table.create_index("text", config=config)
+                table.create_index("text", config=FTS(**FTS_CONFIG))
             except Exception:  # a concurrent creator won the race; fine if its index is there
                 if not any(idx.index_type == "FTS" for idx in table.list_indices()):
                     raise
+
+        _retry_conflicts(ensure_fts, f"creating the full-text index of {index}")
         return table
 
     @staticmethod
@@ -910,7 +914,14 @@ class Store:
 
 def is_commit_conflict(exc: BaseException) -> bool:
     """LanceDB's optimistic concurrency refused a commit because another one landed first; nothing was written."""
-    return "commit conflict" in str(exc).lower() or "CommitConflict" in type(exc).__name__
+    text = str(exc).lower()
+    # "Incompatible transaction": Lance refused this transaction against one that landed meanwhile (e.g. two
+    # processes creating the same new table and its full-text index at once); nothing of it was written either.
+    return (
+        "commit conflict" in text
+        or "incompatible transaction" in text
+        or "CommitConflict" in type(exc).__name__
+    )
 
 
 def _retry_conflicts(fn, what: str):

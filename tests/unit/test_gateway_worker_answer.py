@@ -21,7 +21,8 @@ GOOD = {
     "abstained": False,
     "model": "qwen3:8b",
     "timings": {"total_ms": 10},
-    "grounding": {"supported": 1.0},
+    "grounding": {"supported_share": 1.0},
+    "flags": {"evidence": 0.7},
 }
 
 
@@ -30,7 +31,9 @@ def test_a_valid_answer_becomes_typed_and_keeps_unknown_fields():
     rec.see(Frame(raw="", event="done", data=GOOD))
     assert rec.error is None and rec.done.reply == GOOD["reply"] and rec.done.route == "rag"
     assert rec.done.history_json() == GOOD["history"]
-    assert rec.done.model_extra["grounding"] == {"supported": 1.0}
+    assert rec.done.model_extra["flags"] == {"evidence": 0.7}
+    # The grounding check rides with the stored message's details (the web marks the answer with it).
+    assert rec.done.details["grounding"] == {"supported_share": 1.0}
 
 
 def test_an_answer_that_breaks_the_contract_is_an_error():

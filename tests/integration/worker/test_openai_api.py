@@ -193,8 +193,14 @@ def test_oversized_and_non_json_bodies_are_refused_in_openai_shape(worker):
     history = [{"role": "user", "content": "x"}] * 300 + [{"role": "user", "content": "hi"}]
     resp = httpx.post(worker.url + "/v1/chat/completions", json={"model": "direct", "messages": history})
     assert resp.status_code == 413 and resp.json()["error"]["code"] == "too_large"
-    resp = httpx.post(worker.url + "/v1/chat/completions", content=b"{not json", timeout=30)
+    json_type = {"Content-Type": "application/json"}
+    resp = httpx.post(
+        worker.url + "/v1/chat/completions", content=b"{not json", headers=json_type, timeout=30
+    )
     assert resp.status_code == 400 and resp.json()["error"]["code"] == "bad_json"
+    # Without a JSON content type (what a cross-site form post sends) the body is not read at all.
+    resp = httpx.post(worker.url + "/v1/chat/completions", content=b"{not json", timeout=30)
+    assert resp.status_code == 415 and resp.json()["error"]["code"] == "json_required"
     resp = httpx.get(worker.url + "/v1/chat/completions")
     assert resp.status_code == 405 and "error" in resp.json() and "message" in resp.json()["error"]
     resp = httpx.get(worker.url + "/v1/nothing/here")
