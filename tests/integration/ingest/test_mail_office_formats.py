@@ -15,6 +15,7 @@ from tests.format_samples import (
     eml_bytes,
     eml_html_only_bytes,
     epub_bytes,
+    msg_bytes,
     office_samples,
     soffice,
 )
@@ -71,6 +72,40 @@ def test_an_eml_indexes_headers_body_and_each_attachment_as_its_own_document(cli
         "/get_document", params={"index": "mail", "dataset": "inbox", "filename": "invoice.eml.contract.txt"}
     )
     assert original.status_code == 200 and PHRASES["attachment"].encode() in original.content
+
+
+def test_an_outlook_msg_indexes_its_body_and_each_attachment_as_its_own_document(client, reader, tmp):
+    resp = upload(client, "audit.msg", msg_bytes(), index="outlook", dataset="inbox")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["filename"] == "audit.msg" and body["chunks"] >= 1
+    assert sorted(a["filename"] for a in body["attachments"]) == [
+        "audit.msg.appendix.txt",
+        "audit.msg.ward costs.csv",
+    ]
+    assert all(a["chunks"] >= 1 for a in body["attachments"]), body
+    assert set(documents(client, "outlook")) == {
+        ("inbox", "audit.msg"),
+        ("inbox", "audit.msg.appendix.txt"),
+        ("inbox", "audit.msg.ward costs.csv"),
+    }
+    assert reader.files_for(PHRASES["msg"], "outlook")[0] == "audit.msg"
+    message = reader.search(PHRASES["msg"], "outlook")[0]
+    assert message.metadata["email"]["from"] == "Grace Hopper <grace@example.org>"
+    assert message.metadata["email"]["subject"] == "Bell tower audit"
+    attachment = reader.search(PHRASES["msg_attachment"], "outlook")[0]
+    assert (attachment.filename, attachment.metadata["attached_to"]) == (
+        "audit.msg.appendix.txt",
+        "audit.msg",
+    )
+    # The attached spreadsheet is an SQL table of the index too.
+    cards = [json.loads(p.read_text()) for p in (tmp / "index_store" / "tables" / "outlook").glob("*.json")]
+    assert [c["filename"] for c in cards] == ["audit.msg.ward costs.csv"]
+    # Deleting the message deletes its attachments and their table.
+    gone = client.post("/delete", json={"index": "outlook", "dataset": "inbox", "filename": "audit.msg"})
+    assert gone.status_code == 200, gone.text
+    assert documents(client, "outlook") == {}
+    assert not list((tmp / "index_store" / "tables" / "outlook").glob("*.json"))
 
 
 def test_an_html_only_eml_is_read_as_text_without_its_script(client, reader):
