@@ -59,8 +59,8 @@ CHAT_EVENTS = _sse(
     ["step", "documents", "token", "done", "error"],
 )
 INDEX_EVENTS = _sse(
-    "progress {file, dataset, done, total, stage}, then done {documents, chunks, seconds, unchanged, failed} "
-    "or error (ErrorBody)",
+    "progress {file, dataset, done, total, stage} (stage ocr: one per scanned page read, with ocr {page, done, "
+    "total}), then done {documents, chunks, seconds, unchanged, failed} or error (ErrorBody)",
     ["progress", "done", "error"],
 )
 COMPLETION_CHUNKS = _sse("chat.completion.chunk objects, the last one carrying `rag` (Answer), then [DONE]")
@@ -132,7 +132,8 @@ def _routes() -> list[Operation]:
             # With `Accept: text/event-stream`: progress as each stage starts, then done (the JSON answer).
             also=_sse(
                 "progress {file, dataset, stage, done, total} as each stage starts (converting, chunking, "
-                "embedding, writing), then done (Added) or error (ErrorBody)",
+                "embedding, writing; ocr after each scanned page read, with ocr {page, done, total}), then done "
+                "(Added) or error (ErrorBody)",
                 ["progress", "done", "error"],
             ),
             # 422: the file broke CONVERT_MAX_MEMORY_MB / CONVERT_TIMEOUT_S or could not be converted.

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from .errors import ApiError
@@ -147,6 +147,21 @@ class Sandbox:
         on_event: Callable[[dict], None] | None = None,
     ) -> Any:
         """Run `task(args, emit)` in a fresh child; its result, or its ApiError, or a SandboxError."""
+        steps = self.run_steps(task, args, timeout_s=timeout_s, memory_mb=memory_mb)
+        while True:
+            try:
+                data = next(steps)
+            except StopIteration as stop:
+                return stop.value
+            if on_event is not None:
+                on_event(data)
+
+    def run_steps(
+        self, task: str, args: dict, *, timeout_s: float, memory_mb: int
+    ) -> Generator[dict, None, Any]:
+        """`run` as a generator: yields each `progress` event's data as it arrives, returns the result.
+
+        Closing the generator before it ends (the caller stopped waiting: a client left) kills the job."""
         with self._slots:
             job = uuid.uuid4().hex
             inbox: queue.Queue = queue.Queue()
@@ -160,12 +175,17 @@ class Sandbox:
                     self._send(proc, request)
                 except (BrokenPipeError, OSError) as exc:
                     raise SandboxError("gone", f"the helper process is gone ({exc})") from None
-                return self._await(proc, job, inbox, timeout_s, on_event)
+                try:
+                    result = yield from self._await(proc, job, inbox, timeout_s)
+                except GeneratorExit:  # closed while the job runs: nobody wants its answer
+                    self._kill(proc, job, inbox)
+                    raise
+                return result
             finally:
                 self._jobs.pop(job, None)
 
-    def _await(self, proc, job: str, inbox: queue.Queue, timeout_s: float, on_event) -> Any:
-        """Relay progress; return or raise the job's answer once its process has exited (its memory is back)."""
+    def _await(self, proc, job: str, inbox: queue.Queue, timeout_s: float) -> Generator[dict, None, Any]:
+        """Yield progress; return or raise the job's answer once its process has exited (its memory is back)."""
         # The clock starts when the helper forks the job; until then it may still be importing (first job).
         deadline = time.monotonic() + timeout_s + STARTUP_S
         memory_trouble = False  # the job logged a failed allocation: whatever it answers is incomplete
@@ -189,8 +209,7 @@ class Sandbox:
             elif event == "memory":
                 memory_trouble = True
             elif event == "progress":
-                if on_event is not None:
-                    on_event(msg.get("data") or {})
+                yield msg.get("data") or {}
             elif event in ("result", "error"):
                 answer = msg
                 deadline = min(deadline, time.monotonic() + KILL_WAIT_S)  # now only its exit is awaited

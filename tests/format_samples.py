@@ -4,7 +4,8 @@ Each sample holds a phrase no other sample holds (`PHRASES`), so a test can sear
 file. Office Open XML originals are written with python-docx / openpyxl / python-pptx; the legacy and
 OpenDocument twins are converted from them by LibreOffice headless (the same converter the worker uses the other
 way round), so they are real files written by a real office suite. E-mails are built with the standard library,
-the EPUB as the zip of XHTML chapters the format is.
+Outlook messages with tests/msg_writer.py (the compound file and MS-OXMSG layout Outlook writes), the EPUB as the
+zip of XHTML chapters the format is.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ PHRASES = {
     "eml": "the plum coloured invoice arrived on Tuesday",
     "eml_html": "an aubergine newsletter in hypertext",
     "attachment": "the gooseberry clause of the attached contract",
+    "msg": "the walnut auditors counted forty brass bells",
+    "msg_attachment": "the cedar appendix names every bell ringer",
 }
 TABLE = [["Region", "Units", "Revenue"], ["North", 120, 3400.5], ["South", 80, 2100.25]]
 
@@ -186,3 +189,26 @@ def epub_bytes() -> bytes:
             f"<p>She became {PHRASES['epub']}.</p></body></html>",
         )
     return out.getvalue()
+
+
+MSG_TABLE = "ward,cost\r\nNorth,1200.50\r\nSouth,980.00\r\n"
+
+
+def msg_bytes() -> bytes:
+    """An Outlook message with a text attachment (a document of its own) and a CSV one (also an SQL table)."""
+    from datetime import UTC, datetime
+
+    from tests.msg_writer import Recipient
+    from tests.msg_writer import msg_bytes as write_msg
+
+    return write_msg(
+        sender=("Grace Hopper", "grace@example.org"),
+        to=[Recipient("Alan Turing", "alan@example.org")],
+        subject="Bell tower audit",
+        body=f"Dear Alan,\r\n\r\nThis spring {PHRASES['msg']}.\r\n\r\nRegards,\r\nGrace",
+        sent=datetime(2024, 5, 6, 9, 30, tzinfo=UTC),
+        attachments=[
+            ("appendix.txt", f"Appendix.\n\nIn short, {PHRASES['msg_attachment']}.".encode()),
+            ("ward costs.csv", MSG_TABLE.encode()),
+        ],
+    )

@@ -41,17 +41,43 @@ def belongs_to_a_message(filename: str, messages: set[str]) -> bool:
     return any(filename.startswith(f"{m}.") for m in messages if m.lower().endswith(MAIL_SUFFIXES))
 
 
-def ingest_attachments(services: Services, index: str, prepared) -> list[dict]:
-    """Index each attachment of a written message; one {"filename", "chunks"} or {"filename", "error"} each."""
-    from . import pipeline
-
-    outcomes: list[dict] = []
+def attachments_to_index(prepared) -> list[tuple[str, bytes]]:
+    """A prepared message's attachments that become documents: [(document name, bytes)], first of each name."""
+    out: list[tuple[str, bytes]] = []
     seen: set[str] = set()
     for raw_name, data in prepared.attachments or []:
         name = attachment_name(prepared.filename, raw_name)
         if name is None or name in seen:
             continue
         seen.add(name)
+        out.append((name, data))
+    return out
+
+
+def prepare_attachment(services: Services, index: str, prepared, name: str, path: Path, keep_at=None):
+    """Convert and chunk one attachment (its bytes at `path`) as the document `name`, linked to its message:
+    a Prepared (or the IngestResult of a no-op when these bytes are already indexed under the name)."""
+    from . import pipeline
+
+    steps = pipeline.prepare_steps(services, index, prepared.dataset, path, name, keep_at=keep_at)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            result = stop.value
+            break
+    if isinstance(result, pipeline.Prepared):
+        result.metadata = {**result.metadata, "attached_to": prepared.filename}
+        result.attachments = []  # one level: attachments of attachments are not unpacked
+    return result
+
+
+def ingest_attachments(services: Services, index: str, prepared) -> list[dict]:
+    """Index each attachment of a written message; one {"filename", "chunks"} or {"filename", "error"} each."""
+    from . import pipeline
+
+    outcomes: list[dict] = []
+    for name, data in attachments_to_index(prepared):
         keep_at = None
         if prepared.keep_at is not None:
             keep_at = pipeline.uploads_path(services, index, prepared.dataset, name)
@@ -59,16 +85,8 @@ def ingest_attachments(services: Services, index: str, prepared) -> list[dict]:
             path = Path(tmp) / "attachment"
             path.write_bytes(data)
             try:
-                steps = pipeline.prepare_steps(services, index, prepared.dataset, path, name, keep_at=keep_at)
-                while True:
-                    try:
-                        next(steps)
-                    except StopIteration as stop:
-                        result = stop.value
-                        break
+                result = prepare_attachment(services, index, prepared, name, path, keep_at)
                 if isinstance(result, pipeline.Prepared):
-                    result.metadata = {**result.metadata, "attached_to": prepared.filename}
-                    result.attachments = []
                     vectors = services.embedder.embed_documents([c.embed_text for c in result.chunks])
                     result = pipeline.write_prepared(services, index, result, vectors)
                 outcomes.append({"filename": name, "chunks": result.chunks})

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import re
 import threading
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
@@ -99,8 +100,13 @@ class Converter:
             )
         return self._docling
 
-    def convert(self, path: Path, filename: str | None = None) -> Converted:
+    def convert(
+        self, path: Path, filename: str | None = None, progress: Callable[[dict], None] | None = None
+    ) -> Converted:
         """Convert one file; `filename` (the display name) decides the kind, defaulting to the path's name.
+
+        `progress(event)` is called after each page OCR reads: `{"stage": "ocr", "ocr": {"page", "done",
+        "total"}}` (`page`: the page's number in the file; `done` of `total`: the pages OCR reads in this file).
 
         Raises IngestError (unsupported_type, empty, encrypted, no_text_layer, corrupt, zip_bomb,
         too_many_cells, too_many_pages) for a file that cannot be ingested. This runs in the calling process:
@@ -144,6 +150,8 @@ class Converter:
         elif kind in ocr_mod.IMAGE_KINDS:
             ocr_mod.require(self.ocr, "the image")
             doc = text_document(ocr_mod.ocr_image_file(path, self.ocr), Path(filename).stem)
+            if progress is not None:
+                progress(ocr_event(1, 1, 1))
             metadata = {"ocr": True}
             pages = None
         elif kind == "tsv":
@@ -159,7 +167,7 @@ class Converter:
                 )
             doc = self._convert_docling(path, kind, filename)
             if kind == "pdf":
-                ocr_pages = self._ocr_scanned_pages(path, doc, pages)
+                ocr_pages = self._ocr_scanned_pages(path, doc, pages, progress)
                 if ocr_pages:
                     metadata = {"ocr_pages": ocr_pages}
             if kind == "xlsx":
@@ -170,7 +178,9 @@ class Converter:
             raise IngestError("empty", "the file contains no text")
         return Converted(document=doc, kind=kind, pages=pages, metadata=metadata, attachments=attachments)
 
-    def _ocr_scanned_pages(self, path: Path, doc: DoclingDocument, pages: int | None) -> list[int]:
+    def _ocr_scanned_pages(
+        self, path: Path, doc: DoclingDocument, pages: int | None, progress: Callable[[dict], None] | None
+    ) -> list[int]:
         """OCR the pages without a text layer into `doc` (page numbers kept); the pages read.
 
         A PDF with no text at all and no OCR is refused (with what to install); a mixed one keeps its text pages.
@@ -183,7 +193,12 @@ class Converter:
                 ocr_mod.require(self.ocr, f"the PDF ({total} page(s))")
             log.info("%s: %d page(s) without text skipped (no OCR)", path.name, len(empty))
             return []
-        texts = ocr_mod.ocr_pdf_pages(path, empty, self.ocr)
+        texts = ocr_mod.ocr_pdf_pages(
+            path,
+            empty,
+            self.ocr,
+            (lambda done, total, page: progress(ocr_event(page, done, total))) if progress else None,
+        )
         add_page_texts(doc, path, texts)
         return [n for n, t in texts.items() if t.strip()]
 
@@ -211,6 +226,11 @@ class Converter:
         doc = result.document
         doc.name = Path(filename).stem
         return doc
+
+
+def ocr_event(page: int, done: int, total: int) -> dict:
+    """The progress event after OCR read one page (the same shape from the child and in the worker's stream)."""
+    return {"stage": "ocr", "ocr": {"page": page, "done": done, "total": total}}
 
 
 def pdf_page_count(path: Path) -> int:
@@ -299,7 +319,8 @@ def convert_task(args: dict, emit) -> dict:
     converter.limits = Limits(**args["limits"])
     if args.get("ocr"):
         converter.ocr = ocr_mod.OcrOptions(**args["ocr"])
-    converted = converter.convert(Path(args["path"]), args["filename"])
+    # Each page OCR reads is reported as it is read: a long scan shows where it is (the pipe to the worker).
+    converted = converter.convert(Path(args["path"]), args["filename"], progress=emit)
     emit({"stage": "converted", "pages": converted.pages})
     out = Path(args["out"])
     out.write_text(converted.document.model_dump_json(), encoding="utf-8")
@@ -361,6 +382,18 @@ class IsolatedConverter:
         self.sandbox.close()
 
     def convert(self, path: Path, filename: str | None = None, on_event=None) -> Converted:
+        steps = self.convert_steps(path, filename)
+        while True:
+            try:
+                event = next(steps)
+            except StopIteration as stop:
+                return stop.value
+            if on_event is not None:
+                on_event(event)
+
+    def convert_steps(self, path: Path, filename: str | None = None) -> Generator[dict, None, Converted]:
+        """`convert` as a generator: yields the child's progress events (OCR's pages) as they arrive, returns
+        the Converted file. Closing it early ends the child's work."""
         import shutil
         import tempfile
 
@@ -382,8 +415,8 @@ class IsolatedConverter:
                 "out": str(out_dir / "document.json"),
             }
             try:
-                answer = self.sandbox.run(
-                    self.TASK, args, timeout_s=self.timeout_s, memory_mb=self.memory_mb, on_event=on_event
+                answer = yield from self.sandbox.run_steps(
+                    self.TASK, args, timeout_s=self.timeout_s, memory_mb=self.memory_mb
                 )
             except SandboxError as err:
                 raise self._refusal(err) from None

@@ -159,9 +159,12 @@ def pages_without_text(path: Path) -> tuple[int, list[int]]:
 
 
 def ocr_pdf_pages(
-    path: Path, pages: list[int], options: OcrOptions, progress: Callable[[int, int], None] | None = None
+    path: Path,
+    pages: list[int],
+    options: OcrOptions,
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> dict[int, str]:
-    """OCR the given 1-based pages of a PDF; page number -> text. `progress(done, total)` after each page."""
+    """OCR the given 1-based pages of a PDF; page number -> text. `progress(done, total, page)` after each page."""
     import pypdfium2 as pdfium
 
     deadline = time.monotonic() + options.timeout_s
@@ -180,7 +183,7 @@ def ocr_pdf_pages(
                 out[number] = ocr_image(png, options, deadline)
                 png.unlink(missing_ok=True)
                 if progress:
-                    progress(done, len(pages))
+                    progress(done, len(pages), number)
     finally:
         pdf.close()
     return out

@@ -72,18 +72,37 @@ class Progress:
     dataset: str = DEFAULT_DATASET
     error: str | None = None
     code: str | None = None
+    ocr: dict | None = None  # stage "ocr": {"page", "done", "total"}, the scanned page just read
 
     def to_dict(self) -> dict:
         data = {
             "file": self.file,
             "done": self.done,
             "total": self.total,
-            "stage": self.stage,
+            "stage": str(self.stage),
             "dataset": self.dataset,
         }
         if self.error:
             data.update(error=self.error, code=self.code)
+        if self.ocr:
+            data["ocr"] = self.ocr
         return data
+
+
+class Stage(str):
+    """A stage name as `ingest_steps` yields it, with details of a step inside it in `detail`: the stage "ocr"
+    comes once per scanned page read, with `detail["ocr"] = {"page", "done", "total"}`."""
+
+    detail: dict
+
+    def __new__(cls, name: str, **detail) -> Stage:
+        stage = super().__new__(cls, name)
+        stage.detail = detail
+        return stage
+
+
+def stage_detail(stage: str) -> dict:
+    return dict(getattr(stage, "detail", None) or {})
 
 
 @dataclass
@@ -259,7 +278,7 @@ def prepare_steps(
     part = parts(services)
     yield "converting"
     # In a child process with a memory and a time limit; this greenlet waits, the others go on.
-    converted = part.converter.convert(path, filename)
+    converted = yield from _converting(part.converter, path, filename)
     yield "chunking"
     chunks: list[Chunk] = offload(part.chunker.chunk, converted.document)
     if not chunks:
@@ -279,6 +298,21 @@ def prepare_steps(
         metadata=converted.metadata,
         attachments=converted.attachments,
     )
+
+
+def _converting(converter: IsolatedConverter, path: Path, filename: str) -> Iterator[str]:
+    """Convert in the child, yielding a Stage "ocr" for each scanned page it reads; return the Converted file."""
+    steps = converter.convert_steps(path, filename)
+    try:
+        while True:
+            try:
+                event = next(steps)
+            except StopIteration as stop:
+                return stop.value
+            if event.get("stage") == "ocr" and isinstance(event.get("ocr"), dict):
+                yield Stage("ocr", ocr=event["ocr"])
+    finally:
+        steps.close()  # stopped early (the client left): the child's work ends too
 
 
 def write_prepared(services: Services, index: str, prepared: Prepared, vectors) -> IngestResult:
@@ -592,7 +626,9 @@ def _index_files(
                 except StopIteration as stop:
                     outcome: Prepared | IngestResult = stop.value
                     break
-                yield Progress(label, run.finished, run.total, stage, dataset)
+                yield Progress(
+                    label, run.finished, run.total, str(stage), dataset, ocr=stage_detail(stage).get("ocr")
+                )
         except ApiError as err:
             if err.code == "embedder_mismatch":
                 raise

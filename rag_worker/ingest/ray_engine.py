@@ -12,6 +12,12 @@ is visible only once its commit lands. A document whose bytes changed keeps its 
 are committed; they are deleted right after, in one delete per group. A re-run skips documents whose bytes are
 already indexed under their name, as the local path does.
 
+Like the local path, a spreadsheet's sheets become SQL tables of the index (rag_worker/tables.py: the actor reads
+them, the driver writes them with the commit, in the folder's file order, under the index's write lock), and an
+e-mail's attachments become documents of their own linked back to the message (prepared, embedded and written
+by the actor that read the message, in the same fragment; like the local path, they are not counted as files
+of the run).
+
 Requirements: every node runs the same virtualenv (torch, Docling and the packaged models load from local
 files there; `requirements/ray.txt` adds Ray and Lance's Python package), and sees the index store and the
 folder at the same path (one machine, a shared file system, or LanceDB on object storage for the table).
@@ -24,15 +30,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from .. import tables
 from ..errors import ApiError
 from ..names import check_name
-from . import overviews
+from . import attachments, overviews
 from .formats import IngestError, is_supported
 from .pipeline import (
     DEFAULT_DATASET,
@@ -97,10 +107,18 @@ class _Preparer:
                 "code",
                 "overview",
                 "fragment",
+                "sheets",
                 "node",
             )
         }
-        prepared: list[tuple[str, Prepared]] = []
+        with tempfile.TemporaryDirectory(prefix="rag-ray-") as scratch:  # attachments' bytes, until written
+            self._prepare_batch(batch, out, Path(scratch), lance)
+        out["node"] = [self.node] * len(out["label"])
+        return out
+
+    def _prepare_batch(self, batch: dict, out: dict, scratch: Path, lance) -> None:
+        # (label, prepared, is an e-mail attachment): attachments follow their message
+        prepared: list[tuple[str, Prepared, bool]] = []
         for label, dataset, path in zip(batch["label"], batch["dataset"], batch["path"], strict=True):
             try:
                 outcome = _run(prepare_steps(self.services, self.index, dataset, Path(path), Path(path).name))
@@ -119,16 +137,17 @@ class _Preparer:
                     out, label, dataset, outcome.filename, outcome.document_id, outcome.chunks, "unchanged"
                 )
                 continue
-            prepared.append((label, outcome))
+            prepared.append((label, outcome, False))
+            prepared.extend((label, extra, True) for extra in self._attachments(outcome, scratch))
 
         if prepared:
-            texts = [c.embed_text for _, prep in prepared for c in prep.chunks]
+            texts = [c.embed_text for _, prep, _ in prepared for c in prep.chunks]
             vectors = self.services.embedder.embed_documents(texts)
             now = datetime.now(UTC).isoformat(timespec="seconds")
             rows: list[dict] = []
             offset = 0
             entries: list[str] = []
-            for _, prep in prepared:
+            for _, prep, _ in prepared:
                 part = vectors[offset : offset + len(prep.chunks)]
                 offset += len(prep.chunks)
                 rows.extend(document_rows(prep, part, now))
@@ -148,7 +167,7 @@ class _Preparer:
             data = self.services.store._prepare(rows)
             fragment = lance.fragment.LanceFragment.create(self.table_uri, data)
             fragment_json = json.dumps(fragment.to_json())
-            for n, ((label, prep), entry) in enumerate(zip(prepared, entries, strict=True)):
+            for n, ((label, prep, attached), entry) in enumerate(zip(prepared, entries, strict=True)):
                 _result(
                     out,
                     label,
@@ -156,11 +175,26 @@ class _Preparer:
                     prep.filename,
                     prep.document_id,
                     len(prep.chunks),
-                    "indexed",
+                    "attachment" if attached else "indexed",
                     overview=entry,
                     fragment=fragment_json if n == 0 else "",
+                    sheets=pickle.dumps(prep.sheets) if prep.sheets is not None else b"",
                 )
-        out["node"] = [self.node] * len(out["label"])
+
+    def _attachments(self, message: Prepared, scratch: Path) -> list[Prepared]:
+        """The message's attachments prepared as their own documents (as `attachments.ingest_attachments` does
+        on the local path); one that fails is logged and never fails its message."""
+        out = []
+        for name, data in attachments.attachments_to_index(message):
+            path = scratch / f"attachment-{len(list(scratch.iterdir()))}"
+            path.write_bytes(data)
+            try:
+                extra = attachments.prepare_attachment(self.services, self.index, message, name, path)
+            except Exception as exc:  # ApiError included: reported in the log, as the local path's CLI does
+                log.warning("attachment %s of %s not indexed: %s", name, message.filename, exc)
+                continue
+            if isinstance(extra, Prepared):
+                out.append(extra)
         return out
 
 
@@ -185,6 +219,7 @@ def _result(
     code: str = "",
     overview: str = "",
     fragment: str = "",
+    sheets: bytes = b"",
 ) -> None:
     values = {
         "label": label,
@@ -197,6 +232,7 @@ def _result(
         "code": code,
         "overview": overview,
         "fragment": fragment,
+        "sheets": sheets,
     }
     for key, value in values.items():
         out[key].append(value)
@@ -291,6 +327,7 @@ def index_folder_ray(
         indexed = {(d["dataset"], d["filename"]): d for d in store.list_documents(index)}
 
     todo: list[dict] = []
+    order: dict[str, int] = {}  # label -> place in the folder's file order (tables are written in it)
     for dataset, path in files:
         label = (
             path.name if dataset == DEFAULT_DATASET and path.parent == folder else f"{dataset}/{path.name}"
@@ -313,6 +350,7 @@ def index_folder_ray(
             failed.append({"file": label, "code": stats_event[1], "error": stats_event[2]})
             yield Progress(label, stats["finished"], total, "failed", dataset, stats_event[2], stats_event[1])
             continue
+        order[label] = len(order)
         todo.append({"label": label, "dataset": dataset, "path": str(path.resolve())})
 
     if todo:
@@ -337,6 +375,8 @@ def index_folder_ray(
         pending_fragments: list[str] = []
         pending_entries: list[dict] = []
         pending_replaced: list[tuple[str, str, str]] = []
+        # (file order, is an attachment, dataset, filename, sheets, its overview entry): spreadsheets' SQL tables
+        pending_sheets: list[tuple[int, bool, str, str, list, dict]] = []
 
         def commit() -> Iterator[Progress]:
             if not pending_fragments:
@@ -348,10 +388,17 @@ def index_folder_ray(
             with services.index_lock(index):
                 store.commit_fragments(index, fragments)
                 store.remove_superseded(index, pending_replaced)
+                for *_, ds, name, sheets, entry in sorted(pending_sheets, key=lambda p: p[:2]):
+                    described = tables.store_sheets(
+                        services.settings, index, SimpleNamespace(dataset=ds, filename=name, sheets=sheets)
+                    )
+                    if described:
+                        entry["overview"] = f"{entry['overview']} Tables: {'; '.join(described)}"
                 overviews.upsert_overviews(services.settings, index, pending_entries)
             pending_fragments.clear()
             pending_entries.clear()
             pending_replaced.clear()
+            pending_sheets.clear()
 
         since_commit = 0
         for row in results.iter_rows():
@@ -360,6 +407,18 @@ def index_folder_ray(
                 pending_fragments.append(str(row["fragment"]))
             if nodes_seen is not None and stage == "indexed":
                 nodes_seen.add(str(row["node"]))
+            if stage in ("indexed", "attachment"):
+                entry = json.loads(str(row["overview"]))
+                pending_entries.append(entry)
+                filename, document_id = str(row["filename"]), str(row["document_id"])
+                if (dataset, filename) in indexed:
+                    pending_replaced.append((dataset, filename, document_id))
+                if row["sheets"]:
+                    place = (order.get(label, len(order)), stage == "attachment")
+                    sheets = pickle.loads(bytes(row["sheets"]))  # written by our own actor
+                    pending_sheets.append((*place, dataset, filename, sheets, entry))
+            if stage == "attachment":  # a document of its own, not a file of the run (as on the local path)
+                continue
             stats["finished"] += 1
             if stage == "failed":
                 failed.append({"file": label, "code": str(row["code"]), "error": str(row["error"])})
@@ -372,10 +431,6 @@ def index_folder_ray(
             if stage == "unchanged":
                 stats["unchanged"] += 1
             else:
-                filename, document_id = str(row["filename"]), str(row["document_id"])
-                pending_entries.append(json.loads(str(row["overview"])))
-                if (dataset, filename) in indexed:
-                    pending_replaced.append((dataset, filename, document_id))
                 since_commit += 1
             yield Progress(label, stats["finished"], total, stage, dataset)
             if since_commit >= commit_files:
@@ -388,7 +443,10 @@ def index_folder_ray(
         from .pipeline import delete_document
 
         for doc in store.list_documents(index):
-            if (doc["dataset"], doc["filename"]) not in seen:
+            messages = {name for ds, name in seen if ds == doc["dataset"]}
+            if (doc["dataset"], doc["filename"]) not in seen and not attachments.belongs_to_a_message(
+                doc["filename"], messages
+            ):
                 removed += delete_document(services, index, doc["dataset"], doc["filename"])
     yield BatchDone(
         documents=stats["documents"],

@@ -109,7 +109,8 @@ def add_document():
 
 def ingest_events(svc: Services, index: str, dataset: str, tmp: Path, filename: str, keep_at: Path):
     """`/add_document` as SSE (asked for with `Accept: text/event-stream`): `progress` as each stage starts
-    (converting, chunking, embedding, writing), then `done` with the same result as the JSON answer, or
+    (converting, chunking, embedding, writing; "ocr" after each scanned page read, with `ocr: {page, done,
+    total}`), then `done` with the same result as the JSON answer, or
     `error`. Closing the stream (the client left) stops the work between stages and removes the upload."""
     try:
         steps = pipeline.ingest_steps(svc, index, dataset, tmp, filename, keep_at=keep_at)
@@ -119,9 +120,8 @@ def ingest_events(svc: Services, index: str, dataset: str, tmp: Path, filename: 
             except StopIteration as stop:
                 result = stop.value
                 break
-            yield frame(
-                "progress", {"file": filename, "dataset": dataset, "stage": stage, "done": 0, "total": 1}
-            )
+            event = {"file": filename, "dataset": dataset, "stage": str(stage), "done": 0, "total": 1}
+            yield frame("progress", {**event, **pipeline.stage_detail(stage)})
         yield frame("done", result.to_dict())
     except ApiError as err:
         yield frame("error", {**err.to_dict(), "status": err.status})

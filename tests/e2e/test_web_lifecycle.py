@@ -6,6 +6,7 @@ running turn so the answer keeps growing. One story, in order; no console errors
 from __future__ import annotations
 
 import re
+import shutil
 import time
 
 import pytest
@@ -173,3 +174,27 @@ def test_a_reload_mid_answer_rejoins_the_turn_and_the_answer_keeps_growing(page:
     expect(turn.locator(".answer")).to_contain_text(f"more{EXTRA_WORDS - 1}")
     expect(turn.locator(".doc-card").first).to_be_visible()
     expect(page.locator(".send-button:not(.stop)")).to_be_visible()
+
+
+@pytest.mark.skipif(
+    shutil.which("tesseract") is None, reason="tesseract is not installed (scripts/setup.sh --dev)"
+)
+def test_a_scanned_upload_shows_each_page_as_ocr_reads_it(page: Page, tmp_path):
+    from tests.unit.test_ocr import text_image
+
+    scan = tmp_path / "ledger-scan.pdf"
+    pages = [text_image(p) for p in ("The otter files ledgers.", "A kettle hums.", "Owls guard the archive.")]
+    pages[0].save(scan, "PDF", save_all=True, append_images=pages[1:], resolution=200)
+
+    page.get_by_role("link", name="Documents").click()
+    page.locator("#new-index-name").fill("scans")
+    page.get_by_role("button", name="Create index").click()
+    expect(page.locator(".index-title")).to_have_text("scans")
+    page.evaluate(STATUS_RECORDER)
+    page.set_input_files("#upload-files", [str(scan)])
+    row = page.locator(".upload-item", has_text="ledger-scan.pdf")
+    expect(row).to_have_class(re.compile(r"\bok\b"), timeout=180_000)
+    shown = page.evaluate("window.__statuses")
+    reading = [s for s in shown if s.startswith("Reading scanned page")]
+    assert reading == [f"Reading scanned page {n} of 3…" for n in (1, 2, 3)], shown
+    assert shown.index("Converting…") < shown.index(reading[0]) < shown.index("Splitting into passages…")

@@ -46,6 +46,27 @@ def test_a_job_answers_and_reports_progress_in_order(sandbox):
     assert again["pid"] != result["pid"], "each job runs in a fresh process"
 
 
+def test_run_steps_yields_each_progress_event_as_it_comes_and_returns_the_answer(sandbox):
+    steps = sandbox.run_steps(f"{TASKS}:count", {"n": 3}, timeout_s=60, memory_mb=256)
+    seen = []
+    while True:
+        try:
+            seen.append(next(steps))
+        except StopIteration as stop:
+            result = stop.value
+            break
+    assert seen == [{"step": 0}, {"step": 1}, {"step": 2}]
+    assert result["counted"] == 3
+
+
+def test_closing_run_steps_early_ends_the_job(sandbox):
+    steps = sandbox.run_steps(f"{TASKS}:hang", {}, timeout_s=600, memory_mb=256)
+    pid = next(steps)["pid"]  # the job is running and has reported
+    steps.close()  # the caller stopped waiting (a client left)
+    assert gone(pid)
+    assert run(sandbox, "count", {"n": 1})["counted"] == 1, "the sandbox goes on serving"
+
+
 def test_a_refusal_keeps_its_code_and_status(sandbox):
     with pytest.raises(ApiError) as err:
         run(sandbox, "refuse")

@@ -15,10 +15,11 @@ from tests.format_samples import (
     eml_bytes,
     eml_html_only_bytes,
     epub_bytes,
+    msg_bytes,
     office_samples,
     soffice,
 )
-from tests.integration.ingest.helpers import StoreReader, documents, start_worker, upload
+from tests.integration.ingest.helpers import StoreReader, documents, sse_events, start_worker, upload
 from tests.unit.test_ocr import PHOTO_PHRASE, SCAN_PHRASE, scan_pdf, text_image
 
 
@@ -71,6 +72,40 @@ def test_an_eml_indexes_headers_body_and_each_attachment_as_its_own_document(cli
         "/get_document", params={"index": "mail", "dataset": "inbox", "filename": "invoice.eml.contract.txt"}
     )
     assert original.status_code == 200 and PHRASES["attachment"].encode() in original.content
+
+
+def test_an_outlook_msg_indexes_its_body_and_each_attachment_as_its_own_document(client, reader, tmp):
+    resp = upload(client, "audit.msg", msg_bytes(), index="outlook", dataset="inbox")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["filename"] == "audit.msg" and body["chunks"] >= 1
+    assert sorted(a["filename"] for a in body["attachments"]) == [
+        "audit.msg.appendix.txt",
+        "audit.msg.ward costs.csv",
+    ]
+    assert all(a["chunks"] >= 1 for a in body["attachments"]), body
+    assert set(documents(client, "outlook")) == {
+        ("inbox", "audit.msg"),
+        ("inbox", "audit.msg.appendix.txt"),
+        ("inbox", "audit.msg.ward costs.csv"),
+    }
+    assert reader.files_for(PHRASES["msg"], "outlook")[0] == "audit.msg"
+    message = reader.search(PHRASES["msg"], "outlook")[0]
+    assert message.metadata["email"]["from"] == "Grace Hopper <grace@example.org>"
+    assert message.metadata["email"]["subject"] == "Bell tower audit"
+    attachment = reader.search(PHRASES["msg_attachment"], "outlook")[0]
+    assert (attachment.filename, attachment.metadata["attached_to"]) == (
+        "audit.msg.appendix.txt",
+        "audit.msg",
+    )
+    # The attached spreadsheet is an SQL table of the index too.
+    cards = [json.loads(p.read_text()) for p in (tmp / "index_store" / "tables" / "outlook").glob("*.json")]
+    assert [c["filename"] for c in cards] == ["audit.msg.ward costs.csv"]
+    # Deleting the message deletes its attachments and their table.
+    gone = client.post("/delete", json={"index": "outlook", "dataset": "inbox", "filename": "audit.msg"})
+    assert gone.status_code == 200, gone.text
+    assert documents(client, "outlook") == {}
+    assert not list((tmp / "index_store" / "tables" / "outlook").glob("*.json"))
 
 
 def test_an_html_only_eml_is_read_as_text_without_its_script(client, reader):
@@ -179,3 +214,55 @@ def test_deleting_a_message_deletes_its_attachment_documents(client):
         params={"index": "maildel", "dataset": "default", "filename": "memo.eml.contract.txt"},
     )
     assert original.status_code == 404
+
+
+SCAN_PAGES = ["the otter files nine ledgers", "a copper kettle hums at dusk", "twelve owls guard the archive"]
+
+
+def _multi_page_scan(path):
+    images = [text_image(phrase.capitalize() + ".") for phrase in SCAN_PAGES]
+    images[0].save(path, "PDF", save_all=True, append_images=images[1:], resolution=200)
+    return path
+
+
+def _ocr_events(events: list[tuple[str, dict]], filename: str) -> list[dict]:
+    return [d for e, d in events if e == "progress" and d["stage"] == "ocr" and d["file"].endswith(filename)]
+
+
+@pytest.mark.skipif(
+    tesseract() is None, reason="tesseract is not installed (scripts/setup.sh --dev installs it)"
+)
+def test_ocr_reports_each_scanned_page_as_it_reads_it_on_upload_and_rebuild(client, reader, tmp):
+    scan = _multi_page_scan(tmp / "ledger-scan.pdf")
+    resp = client.post(
+        "/add_document",
+        data={"index": "ocrprogress"},
+        files={"file": (scan.name, scan.read_bytes())},
+        headers={"Accept": "text/event-stream"},
+    )
+    assert resp.status_code == 200, resp.text
+    events = sse_events(resp)
+    assert events[-1][0] == "done", events[-3:]
+    stages = [d["stage"] for e, d in events if e == "progress"]
+    # One "ocr" event per scanned page, in page order, between converting and chunking.
+    assert stages == ["converting", "ocr", "ocr", "ocr", "chunking", "embedding", "writing"], stages
+    assert [d["ocr"] for d in _ocr_events(events, scan.name)] == [
+        {"page": 1, "done": 1, "total": 3},
+        {"page": 2, "done": 2, "total": 3},
+        {"page": 3, "done": 3, "total": 3},
+    ]
+    for phrase in SCAN_PAGES:  # every page's text was read (short pages share one chunk)
+        assert reader.files_for(phrase, "ocrprogress")[0] == scan.name, phrase
+
+    # The folder route (a rebuild reads the upload again) reports the pages the same way, per file.
+    rebuilt = client.post("/index", json={"index": "ocrprogress", "rebuild": True})
+    assert rebuilt.status_code == 200, rebuilt.text
+    events = sse_events(rebuilt)
+    assert events[-1][0] == "done", events[-3:]
+    pages = _ocr_events(events, scan.name)
+    assert [(d["ocr"]["page"], d["ocr"]["done"], d["ocr"]["total"]) for d in pages] == [
+        (1, 1, 3),
+        (2, 2, 3),
+        (3, 3, 3),
+    ]
+    assert all((d["done"], d["total"]) == (0, 1) for d in pages)  # the folder's file counts are kept

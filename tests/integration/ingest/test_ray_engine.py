@@ -1,8 +1,9 @@
 """`python -m rag_worker index --engine ray` on a real two-node Ray cluster (two `ray start` on this machine).
 
-The shared fixture corpus is indexed once by the local path and once through Ray into the same store: the two
-indexes must hold the same documents (ids), the same chunk texts and counts, and the Ray run must have used both
-nodes. A second Ray run skips every document; a changed file is replaced, not duplicated.
+The shared fixture corpus (with e-mails whose attachments become documents, and spreadsheets that become SQL
+tables) is indexed once by the local path and once through Ray into the same store: the two indexes must hold
+the same documents (ids), the same chunk texts and counts, the same SQL tables and overviews, and the Ray run
+must have used both nodes. A second Ray run skips every document; a changed file is replaced, not duplicated.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.format_samples import PHRASES, eml_bytes, msg_bytes
 from tests.integration.ingest.helpers import StoreReader
 from tests.servers import ROOT, SHARED, free_port
 
@@ -85,9 +87,30 @@ def indexed(cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ray_index")
     folder = tmp / "corpus"
     shutil.copytree(DOCLING_SOURCES, folder / "docling")
+    (folder / "mail").mkdir()
+    (folder / "mail" / "invoice.eml").write_bytes(eml_bytes())
+    (folder / "mail" / "costs.eml").write_bytes(_eml_with_a_spreadsheet())
+    (folder / "mail" / "audit.msg").write_bytes(msg_bytes())
     local = _index(tmp, folder, "viaLocal")
     ray = _index(tmp, folder, "viaRay", "--engine", "ray", "--ray-files-per-batch", "4", address=cluster)
     return tmp, folder, local, ray
+
+
+COSTS_PHRASE = "the ward cost sheet for the winter quarter"
+
+
+def _eml_with_a_spreadsheet() -> bytes:
+    """A message whose CSV attachment is a document of its own and an SQL table."""
+    from email.message import EmailMessage
+
+    msg = EmailMessage()
+    msg["From"] = "Finance <finance@example.org>"
+    msg["To"] = "Wards <wards@example.org>"
+    msg["Subject"] = "Costs per ward"
+    msg.set_content(f"Attached is {COSTS_PHRASE}.")
+    rows = "ward,cost,admitted\nNorth,1200.50,2024-03-02\nSouth,980.00,2024-03-15\nEast,1430.25,2024-04-01\n"
+    msg.add_attachment(rows.encode(), maintype="text", subtype="csv", filename="ward costs.csv")
+    return msg.as_bytes()
 
 
 def _index(tmp: Path, folder: Path, index: str, *args: str, address: str | None = None):
@@ -139,6 +162,60 @@ def test_ray_index_equals_the_local_index(indexed):
     assert reader.search(phrase, "viaRay", mode="vector", limit=3)
     overviews = tmp / "index_store" / "overviews"
     assert sorted(overviews.glob("viaRay*")), "no overview written for the Ray index"
+
+
+def _tables(tmp: Path, index: str) -> dict[str, tuple[dict, object]]:
+    """The index's SQL tables: name -> (card, the Parquet file's rows)."""
+    import pyarrow.parquet as pq
+
+    folder = tmp / "index_store" / "tables" / index
+    out = {}
+    for card_path in sorted(folder.glob("*.json")):
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        out[card["name"]] = (card, pq.read_table(folder / f"{card['name']}.parquet").to_pylist())
+    return out
+
+
+def _overviews(tmp: Path, index: str) -> dict[tuple[str, str], tuple[str, str]]:
+    lines = (tmp / "index_store" / "overviews" / f"{index}.jsonl").read_text(encoding="utf-8").splitlines()
+    entries = [json.loads(line) for line in lines if line.strip()]
+    return {(e["dataset"], e["filename"]): (e["document_id"], e["overview"]) for e in entries}
+
+
+def test_ray_makes_the_same_sql_tables_and_attachment_documents_as_the_local_path(indexed):
+    tmp, _, _, _ = indexed
+    reader = StoreReader(tmp)
+    local, ray = _chunks(reader, "viaLocal"), _chunks(reader, "viaRay")
+    # Each e-mail attachment is a document of its own, linked back to its message, on both paths.
+    for path_chunks in (local, ray):
+        attached = {k[1]: m[0][2]["attached_to"] for k, m in path_chunks.items() if "attached_to" in m[0][2]}
+        assert attached == {
+            "invoice.eml.contract.txt": "invoice.eml",
+            "costs.eml.ward costs.csv": "costs.eml",
+            "audit.msg.appendix.txt": "audit.msg",
+            "audit.msg.ward costs.csv": "audit.msg",
+        }
+    assert reader.files_for(PHRASES["attachment"], "viaRay")[0] == "invoice.eml.contract.txt"
+    assert reader.files_for(COSTS_PHRASE, "viaRay")[0] == "costs.eml"
+    assert reader.files_for(PHRASES["msg"], "viaRay")[0] == "audit.msg"
+    assert reader.files_for(PHRASES["msg_attachment"], "viaRay")[0] == "audit.msg.appendix.txt"
+
+    # The same SQL tables (the fixture's CSV and workbooks, and the attached CSV): cards and rows.
+    local_tables, ray_tables = _tables(tmp, "viaLocal"), _tables(tmp, "viaRay")
+    attached_tables = {"costs.eml.ward costs.csv", "audit.msg.ward costs.csv"}
+    assert attached_tables <= {card["filename"] for card, _ in local_tables.values()}
+    assert any(card["filename"].endswith(".xlsx") for card, _ in local_tables.values())
+    assert set(ray_tables) == set(local_tables)
+    for name, (card, rows) in local_tables.items():
+        assert ray_tables[name][0] == card, name
+        assert ray_tables[name][1] == rows, name
+    costs = next(rows for card, rows in ray_tables.values() if card["filename"] == "costs.eml.ward costs.csv")
+    assert sum(r["cost"] for r in costs) == 1200.50 + 980.00 + 1430.25
+
+    # The same overviews, the tables' descriptions included.
+    local_overviews, ray_overviews = _overviews(tmp, "viaLocal"), _overviews(tmp, "viaRay")
+    assert ray_overviews == local_overviews
+    assert "Tables:" in local_overviews[("mail", "costs.eml.ward costs.csv")][1]
 
 
 def test_a_second_ray_run_skips_everything_and_a_changed_file_is_replaced(indexed, cluster):

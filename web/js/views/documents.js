@@ -15,6 +15,11 @@ const STAGE_LABELS = {
   embedding: "Embedding…",
   writing: "Writing to the index…",
 };
+// OCR reports each scanned page it has read (stage "ocr", with ocr: {page, done, total}).
+const stageLabel = (p) =>
+  p.stage === "ocr" && p.ocr
+    ? `Reading scanned page ${p.ocr.done} of ${p.ocr.total}…`
+    : STAGE_LABELS[p.stage] || `${p.stage}…`;
 const PARALLEL_UPLOADS = 2; // indexing is CPU-heavy on the worker; two at a time keeps the queue moving
 
 export class DocumentsView {
@@ -227,11 +232,12 @@ export class DocumentsView {
     return h("div", { class: "card build-progress", hidden: true, role: "status" }, this.buildText, this.buildBar);
   }
 
-  showBuild({ done = 0, total = 0, file = "", stage = "" }) {
+  showBuild({ done = 0, total = 0, file = "", stage = "", ocr = null }) {
     this.buildBox.hidden = false;
     this.buildBar.value = total ? Math.round((done / total) * 100) : 0;
     const count = total ? `${done} / ${total} files` : "starting";
-    this.buildText.textContent = `Rebuilding · ${count}${file ? ` · ${file}: ${stage}` : ""}`;
+    const shown = ocr ? stageLabel({ stage, ocr }) : stage;
+    this.buildText.textContent = `Rebuilding · ${count}${file ? ` · ${file}: ${shown}` : ""}`;
   }
 
   /** `start`: ask for a rebuild; otherwise rejoin the one the gateway is running (204: none). */
@@ -383,7 +389,7 @@ export class DocumentsView {
         (progress) => {
           const at = UPLOAD_STAGES.indexOf(progress.stage);
           if (at >= 0) item.bar.value = 50 + Math.round(((at + 1) / (UPLOAD_STAGES.length + 1)) * 50);
-          item.status.textContent = STAGE_LABELS[progress.stage] || `${progress.stage}…`;
+          item.status.textContent = stageLabel(progress);
         },
       );
       item.bar.value = 100;
