@@ -10,6 +10,7 @@ from .context import admin_user, ctx, current_user, in_thread, read_json
 from .db import SettingRow, utcnow
 from .errors import ApiError
 from .quotas import check_options
+from .responses import Health, SettingsOut
 from .schemas import SettingsUpdate
 from .turns import TURN_OPTIONS_KEY
 
@@ -31,7 +32,7 @@ async def get_settings(request: Request) -> JSONResponse:
             worker_defaults = await c.worker.config()
         except ApiError:
             worker_defaults = None
-    return JSONResponse({"options": options, "worker_defaults": worker_defaults})
+    return JSONResponse(SettingsOut(options=options, worker_defaults=worker_defaults).data())
 
 
 async def put_settings(request: Request) -> JSONResponse:
@@ -50,7 +51,7 @@ async def put_settings(request: Request) -> JSONResponse:
             s.commit()
 
     await in_thread(store)
-    return JSONResponse({"options": options})
+    return JSONResponse(SettingsOut(options=options).data())
 
 
 def _llm_state(worker_health: dict) -> str:
@@ -120,7 +121,9 @@ async def health(request: Request) -> JSONResponse:
         report["status"] = "down"
         report["down"] = named
         report["error"] = "not working: " + ", ".join(named)
-    return JSONResponse(report, status_code=503 if down else 200)
+    return JSONResponse(
+        Health(**report).model_dump(mode="json", exclude_unset=True), status_code=503 if down else 200
+    )
 
 
 routes = [
