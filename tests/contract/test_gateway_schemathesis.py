@@ -26,10 +26,12 @@ HERE = Path(__file__).parent
 ENDS_SESSIONS = ["/api/auth/logout", "/api/auth/password"]
 
 
-def schemathesis(schema_url: str, tmp: Path, token: str, *extra: str) -> subprocess.CompletedProcess:
+def schemathesis(
+    schema_url: str, tmp: Path, token: str, *extra: str, phases: str = "examples,coverage,fuzzing,stateful"
+) -> subprocess.CompletedProcess:
     cli = Path(sys.executable).with_name("schemathesis")
     args = [str(cli), "--config-file", str(HERE / "gateway.toml"), "run", schema_url, "--checks", "all"]
-    args += ["--phases", "examples,coverage,fuzzing,stateful", "--max-examples", "10", "--seed", "7"]
+    args += ["--phases", phases, "--max-examples", "10", "--seed", "7"]
     args += ["--request-timeout", "120", "-H", f"Authorization: Bearer {token}"]
     args += ["--report", "junit", "--report-dir", str(tmp), *extra]
     return subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=900)
@@ -76,7 +78,15 @@ def test_schemathesis_finds_nothing_wrong_with_the_gateway(fuzzed_gateway):
     # One at a time, each with a fresh account: a logout first would leave the password change only 401s.
     for n, path in enumerate(ENDS_SESSIONS):
         user = sign_up(gateway.url, f"fuzz-sessions-{n}")
-        result = schemathesis(gateway.url + "/api/openapi.json", tmp, user, "--include-path", path)
+        # Alone, an operation has no links to follow: no stateful phase.
+        result = schemathesis(
+            gateway.url + "/api/openapi.json",
+            tmp,
+            user,
+            "--include-path",
+            path,
+            phases="examples,coverage,fuzzing",
+        )
         report = result.stdout[-12000:] + result.stderr[-2000:]
         assert result.returncode == 0, report
         assert " passed" in result.stdout, report
