@@ -69,11 +69,11 @@ PROMPT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 StopSequence = Annotated[str, Field(min_length=1, max_length=200)]
-PromptName = Annotated[str, Field(json_schema_extra={"pattern": PROMPT_NAME_RE.pattern})]
 PromptText = Annotated[str, Field(json_schema_extra={"maxLength": 8000})]
-# Only names that match: the schema says so (`additionalProperties: false`), the validator below explains.
+# Only names that match: the schema says so (`propertyNames`), the validator below explains.
 Prompts = Annotated[
-    dict[PromptName, PromptText], Field(max_length=20, json_schema_extra={"additionalProperties": False})
+    dict[str, PromptText],
+    Field(max_length=20, json_schema_extra={"propertyNames": {"pattern": PROMPT_NAME_RE.pattern}}),
 ]
 
 
