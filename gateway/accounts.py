@@ -18,17 +18,18 @@ from starlette.routing import Route
 from .auth import hash_password, issue_token, verify_password
 from .context import Context, admin_user, ctx, current_user, in_thread, path_id, read_json
 from .db import Database, User, iso
-from .errors import BadRequest, Conflict, Forbidden, NotFound, Unauthorized
+from .errors import Conflict, Forbidden, NotFound, Unauthorized
+from .responses import AccountOut, SessionOut, SignedIn, UserOut
 from .schemas import Credentials, PasswordChange, Registration, UserUpdate
 from .sessions import COOKIE, check_origin, clear_session_cookie, set_session_cookie
 
 
 def user_json(user: User) -> dict:
-    return {"id": user.id, "username": user.username, "is_admin": user.is_admin}
+    return UserOut(id=user.id, username=user.username, is_admin=user.is_admin).data()
 
 
 def account_json(user: User) -> dict:
-    return {**user_json(user), "disabled": user.disabled, "created_at": iso(user.created_at)}
+    return AccountOut(**user_json(user), disabled=user.disabled, created_at=iso(user.created_at)).data()
 
 
 def _username_taken() -> Conflict:
@@ -71,7 +72,9 @@ def _signed_in(request: Request, c: Context, user: User, body: dict, status: int
     token = issue_token(
         user.id, user.username, c.jwt_secret, c.settings.jwt_ttl_s, version=user.token_version
     )
-    response = JSONResponse({**body, "user": user_json(user), "token": token}, status_code=status)
+    response = JSONResponse(
+        {**body, **SignedIn(user=UserOut(**user_json(user)), token=token).data()}, status_code=status
+    )
     set_session_cookie(response, request, token, c.settings.jwt_ttl_s)
     return response
 
@@ -161,7 +164,8 @@ async def change_password(request: Request) -> JSONResponse:
         await asyncio.sleep(delay)
     if not await in_thread(verify_password, body.current_password, user.password_hash):
         c.throttle.failed([pair_key])
-        raise BadRequest("the current password is wrong", code="wrong_password", field="current_password")
+        # Well-formed, but the caller failed to prove it is the owner: a 403 (a 401 would end the web session).
+        raise Forbidden("the current password is wrong", code="wrong_password", field="current_password")
     c.throttle.succeeded([pair_key])
     password_hash = await in_thread(hash_password, body.new_password)
     updated = await in_thread(revoke_tokens, c.db, user.id, password_hash=password_hash)
@@ -181,11 +185,11 @@ async def session_user(request: Request) -> JSONResponse:
     try:
         user = await current_user(request)
     except (Unauthorized, Forbidden):
-        response = JSONResponse({"user": None})
+        response = JSONResponse(SessionOut(user=None).data())
         if request.cookies.get(COOKIE):
             clear_session_cookie(response, request)
         return response
-    return JSONResponse({"user": user_json(user)})
+    return JSONResponse(SessionOut(user=UserOut(**user_json(user))).data())
 
 
 async def list_users(request: Request) -> JSONResponse:
@@ -203,7 +207,8 @@ async def update_user(request: Request) -> JSONResponse:
     admin, c, user_id = await admin_user(request), ctx(request), path_id(request)
     body = await read_json(request, UserUpdate)
     if user_id == admin.id and body.disabled:
-        raise BadRequest("you cannot disable your own account", code="cannot_disable_self", field="disabled")
+        # A conflict with who is asking, not a malformed request (the same body disables anyone else).
+        raise Conflict("you cannot disable your own account", code="cannot_disable_self", field="disabled")
 
     def apply() -> dict:
         with c.db.session() as s:

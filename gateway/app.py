@@ -11,11 +11,12 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
-from . import accounts, builds, chats, indexes, meta, turns
+from . import accounts, builds, chats, indexes, meta, openapi, turns
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
 from .errors import HANDLERS
+from .fallback import fallback_for
 from .headers import SecurityHeaders
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
@@ -79,13 +80,18 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await worker.aclose()
             db.dispose()
 
-    routes = [
+    api_routes = [
         *accounts.routes,
         *chats.routes,
         *turns.routes,
         *builds.routes,  # before indexes: the build routes live there
         *indexes.routes,
         *meta.routes,
+        *openapi.routes,
+    ]
+    routes = [
+        *api_routes,
+        fallback_for(api_routes),  # any other /api request: JSON 405 or 404, never the web files
         # Last, so /api and /health win; the whole web/ folder (with node_modules) is served.
         Mount("/", app=WebFiles(settings.web_dir), name="web"),
     ]

@@ -11,6 +11,7 @@ from . import lifecycle
 from .context import ctx, current_user, in_thread, path_id, read_json
 from .db import Chat, ChatIndex, Index, Message, iso, utcnow
 from .errors import NotFound
+from .responses import ChatFull, ChatSummary, MessageOut
 from .schemas import ChatCreate, ChatUpdate
 
 
@@ -50,25 +51,27 @@ def link_indexes(s: Session, chat: Chat, indexes: list[Index]) -> None:
 
 
 def message_json(m: Message) -> dict:
-    return {
-        "id": m.id,
-        "role": m.role,
-        "content": m.content,
-        "status": m.status,
-        "error": m.error,
-        "route": m.route,
-        "gate": m.gate,
-        "documents": m.documents,
-        "citations": m.citations,
-        "rewritten": m.rewritten,
-        "steps": m.steps,
-        "timings": m.timings,
-        "details": m.details,
-        "created_at": iso(m.created_at),
-    }
+    return MessageOut(
+        **{
+            "id": m.id,
+            "role": m.role,
+            "content": m.content,
+            "status": m.status,
+            "error": m.error,
+            "route": m.route,
+            "gate": m.gate,
+            "documents": m.documents,
+            "citations": m.citations,
+            "rewritten": m.rewritten,
+            "steps": m.steps,
+            "timings": m.timings,
+            "details": m.details,
+            "created_at": iso(m.created_at),
+        }
+    ).data()
 
 
-def chat_summary(chat: Chat, index_ids: list[int]) -> dict:
+def _summary(chat: Chat, index_ids: list[int]) -> dict:
     return {
         "id": chat.id,
         "title": chat.title,
@@ -79,13 +82,18 @@ def chat_summary(chat: Chat, index_ids: list[int]) -> dict:
     }
 
 
+def chat_summary(chat: Chat, index_ids: list[int]) -> dict:
+    return ChatSummary(**_summary(chat, index_ids)).data()
+
+
 def chat_full(s: Session, chat: Chat) -> dict:
     messages = s.exec(select(Message).where(Message.chat_id == chat.id).order_by(col(Message.id))).all()
-    data = chat_summary(chat, [i.id for i in linked_indexes(s, chat.id)])
-    data["messages"] = [message_json(m) for m in messages]
-    data["state"] = {"history": chat.history, "documents": chat.documents, "datasets": chat.datasets}
-    data["busy"] = chat.turn_started_at is not None
-    return data
+    return ChatFull(
+        **_summary(chat, [i.id for i in linked_indexes(s, chat.id)]),
+        messages=[message_json(m) for m in messages],
+        state={"history": chat.history, "documents": chat.documents, "datasets": chat.datasets},
+        busy=chat.turn_started_at is not None,
+    ).data()
 
 
 async def list_chats(request: Request) -> JSONResponse:

@@ -15,7 +15,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from .auth import LoginThrottle, RateLimit, read_claims
 from .db import Database, User
-from .errors import BadRequest, Forbidden, Unauthorized
+from .errors import BadRequest, Forbidden, NotFound, Unauthorized
 from .quotas import TurnSlots
 from .sessions import check_cookie_request, request_token
 from .settings import Settings
@@ -88,6 +88,13 @@ async def admin_user(request: Request) -> User:
     return user
 
 
+def _number(text: str) -> float | int:
+    """A JSON number with a fraction or exponent: `1.0` and `1e2` are integers in JSON Schema's sense (and
+    the models are strict), so an integral value is read as an int; a float field takes an int as well."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 async def read_json(request: Request, model: type[M]) -> M:
     """The request body as `model`; not JSON, not an object or a wrong field is a 400 that says which."""
     try:
@@ -98,7 +105,7 @@ async def read_json(request: Request, model: type[M]) -> M:
         data: Any = {}
     else:
         try:
-            data = json.loads(raw)
+            data = json.loads(raw, parse_float=_number)
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequest(f"the body is not valid JSON ({exc})", code="invalid_json") from None
         except RecursionError:
@@ -108,6 +115,12 @@ async def read_json(request: Request, model: type[M]) -> M:
     return model.model_validate(data)
 
 
+MAX_ID = 2**63 - 1  # the database's row ids are 64-bit: a larger number names nothing
+
+
 def path_id(request: Request, name: str = "id") -> int:
-    # Routes use the {id:int} convertor, so this is always an int; kept in one place for readability.
-    return int(request.path_params[name])
+    """The {name:int} path parameter; one past the database's integers is a 404 (it names no row)."""
+    value = int(request.path_params[name])
+    if value > MAX_ID:
+        raise NotFound(f"no {name.replace('_', ' ')} {value}", code="not_found")
+    return value

@@ -29,6 +29,7 @@ from . import upload_progress
 from .context import Context, ctx, current_user, in_thread, path_id, read_json
 from .db import ChatIndex, Index, IndexDocument, iso, utcnow
 from .errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge
+from .responses import DocumentOut, IndexFull, IndexOut, UploadedDocument
 from .schemas import NAME_RE, IndexCreate, IndexUpdate
 
 log = logging.getLogger("gateway.indexes")
@@ -78,15 +79,17 @@ def owned_document(s: Session, index: Index, document_id: int) -> IndexDocument:
 
 
 def document_json(d: IndexDocument) -> dict:
-    return {
-        "id": d.id,
-        "filename": d.filename,
-        "dataset": d.dataset,
-        "document_id": d.document_id,
-        "chunks": d.chunks,
-        "bytes": d.bytes,
-        "created_at": iso(d.created_at),
-    }
+    return DocumentOut(
+        **{
+            "id": d.id,
+            "filename": d.filename,
+            "dataset": d.dataset,
+            "document_id": d.document_id,
+            "chunks": d.chunks,
+            "bytes": d.bytes,
+            "created_at": iso(d.created_at),
+        }
+    ).data()
 
 
 def index_json(s: Session, index: Index, with_documents: bool = False) -> dict:
@@ -107,8 +110,8 @@ def index_json(s: Session, index: Index, with_documents: bool = False) -> dict:
             .where(IndexDocument.index_id == index.id)
             .order_by(col(IndexDocument.dataset), col(IndexDocument.filename))
         ).all()
-        data["documents"] = [document_json(d) for d in docs]
-    return data
+        return IndexFull(**data, documents=[document_json(d) for d in docs]).data()
+    return IndexOut(**data).data()
 
 
 def datasets_of(s: Session, index_id: int) -> list[str]:
@@ -297,9 +300,7 @@ async def upload_document(request: Request) -> JSONResponse:
             s.flush()
             refresh_counts(s, current, None if current.status == "building" else "auto")
             s.commit()
-            data = document_json(doc)
-            data["replaced"] = bool(result.get("replaced"))
-            return data
+            return UploadedDocument(**document_json(doc), replaced=bool(result.get("replaced"))).data()
 
     if upload_progress.wants_events(request):  # the web: the worker's stages as they happen, then the row
         return await upload_progress.relay(c, index.worker_name, dataset, filename, content, upload, record)

@@ -10,6 +10,7 @@ from .context import admin_user, ctx, current_user, in_thread, read_json
 from .db import SettingRow, utcnow
 from .errors import ApiError
 from .quotas import check_options
+from .responses import Health, SettingsOut
 from .schemas import SettingsUpdate
 from .turns import TURN_OPTIONS_KEY
 
@@ -31,7 +32,7 @@ async def get_settings(request: Request) -> JSONResponse:
             worker_defaults = await c.worker.config()
         except ApiError:
             worker_defaults = None
-    return JSONResponse({"options": options, "worker_defaults": worker_defaults})
+    return JSONResponse(SettingsOut(options=options, worker_defaults=worker_defaults).data())
 
 
 async def put_settings(request: Request) -> JSONResponse:
@@ -50,11 +51,12 @@ async def put_settings(request: Request) -> JSONResponse:
             s.commit()
 
     await in_thread(store)
-    return JSONResponse({"options": options})
+    return JSONResponse(SettingsOut(options=options).data())
 
 
 def _llm_state(worker_health: dict) -> str:
-    """The worker's view of its LLM (Ollama or the embedded model): "ok" or "down"."""
+    """The worker's view of its LLM (Ollama, an OpenAI-compatible server or the embedded model): "ok" or
+    "down"; "unknown" when the worker does not show its details (a WORKER_API_KEY the gateway lacks)."""
     llm = worker_health.get("llm")
     if isinstance(llm, dict):
         if "ok" in llm:
@@ -66,9 +68,29 @@ def _llm_state(worker_health: dict) -> str:
     return "unknown"
 
 
+def llm_report(worker_health: dict) -> dict:
+    """The LLM part of the gateway's health, named by the backend the worker really uses (its /health `llm`:
+    "ollama", "openai" or "local", the embedded model), with the model that answers."""
+    llm = worker_health.get("llm")
+    backend, model = "unknown", None
+    if isinstance(llm, dict):
+        backend = str(llm.get("backend") or "unknown")
+        model = llm.get("generation_model") or llm.get("model")
+    report = {"llm": _llm_state(worker_health), "llm_backend": backend, "llm_model": model}
+    if backend == "ollama":
+        report["ollama"] = report["llm"]  # the name this part had before other backends existed
+    return report
+
+
 async def health(request: Request) -> JSONResponse:
     c = ctx(request)
-    report: dict = {"status": "ok", "database": "ok", "worker": "ok", "ollama": "unknown"}
+    report: dict = {
+        "status": "ok",
+        "database": "ok",
+        "worker": "ok",
+        "llm": "unknown",
+        "llm_backend": "unknown",
+    }
     try:
         await in_thread(c.db.ping)
     except Exception as exc:
@@ -76,21 +98,32 @@ async def health(request: Request) -> JSONResponse:
         report["database_error"] = type(exc).__name__
     try:
         code, body = await c.worker.health()
-        report["ollama"] = _llm_state(body)
+        report.update(llm_report(body))
         report["worker_status"] = body.get("status")
-        if code >= 500 and report["ollama"] == "ok":
+        if code >= 500 and report["llm"] == "ok":
             report["worker"] = "degraded"  # up, but something other than the LLM is failing
     except ApiError as exc:
         report["worker"] = "down"
         report["worker_error"] = exc.message
-    if c.settings.ollama_host:
-        report["ollama"] = "ok" if await c.worker.ollama_reachable(c.settings.ollama_host) else "down"
-    down = [part for part in ("database", "worker", "ollama") if report[part] in ("down", "degraded")]
+    # Ollama seen from here too (the gateway's OLLAMA_HOST), only when the worker says it uses Ollama (or says
+    # nothing): with an OpenAI-compatible server or the embedded model, no Ollama is needed.
+    if c.settings.ollama_host and report["llm_backend"] in ("ollama", "unknown"):
+        state = "ok" if await c.worker.ollama_reachable(c.settings.ollama_host) else "down"
+        report["ollama"] = state
+        if report["llm_backend"] == "ollama" or state == "down":
+            report["llm"] = state
+    down = [part for part in ("database", "worker", "llm") if report[part] in ("down", "degraded")]
     if down:
+        # The LLM named by its backend: "openai" down sends the operator to the right server.
+        named = [
+            report["llm_backend"] if p == "llm" and report["llm_backend"] != "unknown" else p for p in down
+        ]
         report["status"] = "down"
-        report["down"] = down
-        report["error"] = "not working: " + ", ".join(down)
-    return JSONResponse(report, status_code=503 if down else 200)
+        report["down"] = named
+        report["error"] = "not working: " + ", ".join(named)
+    return JSONResponse(
+        Health(**report).model_dump(mode="json", exclude_unset=True), status_code=503 if down else 200
+    )
 
 
 routes = [

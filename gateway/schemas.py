@@ -8,11 +8,18 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# For the OpenAPI document (gateway/openapi.py): rules the validators below enforce with friendlier messages.
+NOT_BLANK = r"\S"  # at least one character that is not white space
+# A name: not blank, no control characters.
+PLAIN_NAME = r"^[^\x00-\x1f]*[^\x00-\x1f\s][^\x00-\x1f]*$"
+# A dataset name, as the worker takes it.
+DatasetName = Annotated[str, Field(json_schema_extra={"pattern": NAME_RE.pattern})]
 
 
 class Body(BaseModel):
-    # Unknown fields are ignored (like the worker); wrong types are a 400.
-    model_config = ConfigDict(extra="ignore", str_strip_whitespace=False)
+    # Unknown fields are ignored (like the worker); wrong types are a 400, with no coercion (strict, like the
+    # worker): `"disabled": 0` or `"temperature": false` is not what the schema says, so it is refused.
+    model_config = ConfigDict(extra="ignore", str_strip_whitespace=False, strict=True)
 
 
 class Credentials(Body):
@@ -45,7 +52,7 @@ def _dataset_names(values: list[str] | None) -> list[str] | None:
 class ChatCreate(Body):
     title: str | None = Field(default=None, max_length=200)
     index_ids: list[int] = Field(default_factory=list, max_length=50)
-    datasets: list[str] = Field(default_factory=list, max_length=100)
+    datasets: list[DatasetName] = Field(default_factory=list, max_length=100)
 
     _check_datasets = field_validator("datasets")(_dataset_names)
 
@@ -53,7 +60,7 @@ class ChatCreate(Body):
 class ChatUpdate(Body):
     title: str | None = Field(default=None, max_length=200)
     index_ids: list[int] | None = Field(default=None, max_length=50)
-    datasets: list[str] | None = Field(default=None, max_length=100)
+    datasets: list[DatasetName] | None = Field(default=None, max_length=100)
 
     _check_datasets = field_validator("datasets")(_dataset_names)
 
@@ -62,6 +69,12 @@ PROMPT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 StopSequence = Annotated[str, Field(min_length=1, max_length=200)]
+PromptText = Annotated[str, Field(json_schema_extra={"maxLength": 8000})]
+# Only names that match: the schema says so (`propertyNames`), the validator below explains.
+Prompts = Annotated[
+    dict[str, PromptText],
+    Field(max_length=20, json_schema_extra={"propertyNames": {"pattern": PROMPT_NAME_RE.pattern}}),
+]
 
 
 class TurnOptions(BaseModel):
@@ -69,7 +82,7 @@ class TurnOptions(BaseModel):
     rag_worker.schemas.Options, checked field by field in tests) less `route`, which the gate decides.
     Anything else is a 400 naming it, so nothing unchecked reaches the worker."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     rewrite: bool | None = None
     hyde: bool | None = None
@@ -81,7 +94,7 @@ class TurnOptions(BaseModel):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     # The worker's own ceiling; MAX_TOKENS (quotas.check_options) may set a lower one.
     max_tokens: int | None = Field(default=None, ge=1, le=8192)
-    prompts: dict[str, str] | None = Field(default=None, max_length=20)
+    prompts: Prompts | None = None
     # Issue 16: what to do with an answer the sources don't support, and quotes instead of generation.
     grounding: Literal["flag", "extract", "refuse"] | None = None
     answer_mode: Literal["auto", "extractive"] | None = None
@@ -104,8 +117,8 @@ class TurnOptions(BaseModel):
 
 
 class TurnRequest(Body):
-    message: str = Field(min_length=1)
-    datasets: list[str] | None = Field(default=None, max_length=100)
+    message: str = Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK})
+    datasets: list[DatasetName] | None = Field(default=None, max_length=100)
     force_rag: bool = False
     options: TurnOptions | None = None
 
@@ -131,14 +144,16 @@ def _index_name(value: str | None) -> str | None:
 
 
 class IndexCreate(Body):
-    name: str = Field(min_length=1, max_length=100)
+    name: str = Field(min_length=1, max_length=100, json_schema_extra={"pattern": PLAIN_NAME})
     description: str = Field(default="", max_length=2000)
 
     _check_name = field_validator("name")(_index_name)
 
 
 class IndexUpdate(Body):
-    name: str | None = Field(default=None, min_length=1, max_length=100)
+    name: str | None = Field(
+        default=None, min_length=1, max_length=100, json_schema_extra={"pattern": PLAIN_NAME}
+    )
     description: str | None = Field(default=None, max_length=2000)
 
     _check_name = field_validator("name")(_index_name)

@@ -33,6 +33,7 @@ from .db import Chat, Index, IndexDocument, Message, SettingRow, User, utcnow
 from .errors import ApiError, BadRequest, Conflict
 from .gate import should_use_rag
 from .quotas import check_options
+from .responses import StopResult, TurnResult
 from .schemas import StopRequest, TurnRequest
 from .sse import KEEPALIVE, SSE_HEADERS, Frame, frame
 from .worker_answer import WorkerAnswer, read_answer
@@ -189,9 +190,8 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
         chat = owned_chat(s, user.id, chat_id)
         indexes = linked_indexes(s, chat.id)
         if body.force_rag and not indexes:
-            raise BadRequest(
-                "force_rag needs an index linked to this chat", code="no_index", field="force_rag"
-            )
+            # Well-formed, but this chat has no index to search: a conflict with its state (link one first).
+            raise Conflict("force_rag needs an index linked to this chat", code="no_index", field="force_rag")
         route, reason = should_use_rag(body.message, force_rag=body.force_rag, has_indexes=bool(indexes))
         options = default_options(s)
         if body.options is not None:
@@ -588,11 +588,11 @@ async def post_message(request: Request) -> JSONResponse:
 
     result = await in_thread(load)
     if rec.status == "complete":
-        return JSONResponse(result)
+        return JSONResponse(TurnResult(**result).data())
     result.update(rec.error or {})
     retry = (rec.error or {}).get("retry_after_s")
     headers = {"Retry-After": str(retry)} if retry else None
-    return JSONResponse(result, status_code=rec.error_status, headers=headers)
+    return JSONResponse(TurnResult(**result).data(), status_code=rec.error_status, headers=headers)
 
 
 # ---- the running turn, from any replica: state, stop, rejoin --------------------------------------------------
@@ -751,12 +751,12 @@ async def stop_turn(request: Request) -> JSONResponse:
     run = await in_thread(read_running, c, user.id, chat_id, message_id)
     msg = run.message
     return JSONResponse(
-        {
-            "status": msg.status if msg is not None else "failed",
-            "busy": run.busy,
-            "message": message_json(msg) if msg is not None else None,
-            "user_message": message_json(run.user_message) if run.user_message is not None else None,
-        }
+        StopResult(
+            status=msg.status if msg is not None else "failed",
+            busy=run.busy,
+            message=message_json(msg) if msg is not None else None,
+            user_message=message_json(run.user_message) if run.user_message is not None else None,
+        ).data()
     )
 
 

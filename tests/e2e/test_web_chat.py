@@ -456,7 +456,7 @@ def test_change_password_then_sign_out_ends_the_session(browser, stack, page: Pa
     page.get_by_label("Current password").fill("not my password")
     page.get_by_label("New password", exact=True).fill("a brand new passphrase")
     page.get_by_label("Repeat new password").fill("a brand new passphrase")
-    console.expected.append("status of 400")
+    console.expected.append("status of 403")  # a wrong current password: the caller did not prove who it is
     page.get_by_role("button", name="Change password").click()
     expect(page.locator(".password-form .save-status")).to_have_text("the current password is wrong")
     page.get_by_label("Current password").fill(PASSWORD)

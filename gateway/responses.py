@@ -1,0 +1,165 @@
+"""What the gateway answers, typed once: the routes build their JSON through these models, and /api/openapi.json
+is generated from them (gateway/openapi.py), so the document cannot drift from what is sent.
+
+A value that does not fit its model is a bug that fails loudly (500) instead of reaching a client unchecked.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Json = dict[str, Any]
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def data(self) -> dict:
+        """The JSON-ready dict a route sends."""
+        return self.model_dump(mode="json")
+
+
+class ErrorBody(Out):
+    """Every error: what went wrong in words, a machine code, and the field at fault when there is one."""
+
+    model_config = ConfigDict(extra="allow")  # e.g. retry_after_s
+
+    error: str
+    code: str
+    field: str | None = None
+
+
+class UserOut(Out):
+    id: int
+    username: str
+    is_admin: bool
+
+
+class AccountOut(UserOut):
+    disabled: bool
+    created_at: str | None
+
+
+class SignedIn(Out):
+    """A sign-in: the token for scripts (the web gets it as the HttpOnly `rag_session` cookie as well)."""
+
+    user: UserOut
+    token: str
+
+
+class SessionOut(Out):
+    user: UserOut | None
+
+
+class MessageOut(Out):
+    id: int
+    role: Literal["user", "assistant"]
+    content: str
+    status: Literal["running", "complete", "interrupted", "failed"]
+    error: str | None
+    route: str | None
+    gate: Json
+    documents: list[Json]
+    citations: list[Json]
+    rewritten: str | None
+    steps: list[Json]
+    timings: Json
+    details: Json
+    created_at: str | None
+
+
+class ChatSummary(Out):
+    id: int
+    title: str | None
+    created_at: str | None
+    updated_at: str | None
+    index_ids: list[int]
+    datasets: list[str]
+
+
+class ChatState(Out):
+    """What the next turn sends the worker: the conversation, the documents in hand and the dataset scope."""
+
+    history: list[Json]
+    documents: list[Json]
+    datasets: list[str]
+
+
+class ChatFull(ChatSummary):
+    messages: list[MessageOut]
+    state: ChatState
+    busy: bool
+
+
+class TurnResult(Out):
+    """`POST /api/chats/{id}/messages`: the finished turn; on failure (502/503) with the error fields too."""
+
+    route: Json
+    status: Literal["complete", "interrupted", "failed", "running"]
+    user_message: MessageOut | None
+    message: MessageOut | None
+    title: str | None
+    error: str | None = None
+    code: str | None = None
+    retry_after_s: int | None = None
+
+    def data(self) -> dict:
+        return self.model_dump(mode="json", exclude_unset=True)  # the error fields only on a failure
+
+
+class StopResult(Out):
+    status: Literal["running", "complete", "interrupted", "failed"]
+    busy: bool
+    message: MessageOut | None
+    user_message: MessageOut | None
+
+
+class DocumentOut(Out):
+    id: int
+    filename: str
+    dataset: str
+    document_id: str
+    chunks: int
+    bytes: int
+    created_at: str | None
+
+
+class UploadedDocument(DocumentOut):
+    replaced: bool
+
+
+class IndexOut(Out):
+    id: int
+    name: str
+    description: str
+    status: Literal["empty", "ready", "building", "failed"]
+    document_count: int
+    chunks: int
+    created_at: str | None
+    updated_at: str | None
+    datasets: list[str]
+
+
+class IndexFull(IndexOut):
+    documents: list[DocumentOut]
+
+
+class SettingsOut(Out):
+    options: Json
+    # The worker's configuration (models, hosts, prompts), for administrators only.
+    worker_defaults: Json | None = None
+
+
+class Health(Out):
+    model_config = ConfigDict(extra="allow")  # *_error details, the worker's own status
+
+    status: Literal["ok", "down"]
+    database: Literal["ok", "down"]
+    worker: Literal["ok", "down", "degraded"]
+    llm: Literal["ok", "down", "unknown"]
+    llm_backend: str = Field(description="ollama, openai, local (the embedded model) or unknown")
+    llm_model: str | None = None
+    ollama: Literal["ok", "down", "unknown"] | None = None
+    down: list[str] | None = None
