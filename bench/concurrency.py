@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import sqlite3
@@ -39,6 +40,8 @@ import httpx
 
 from bench.gateway_relay import new_chat, pct, read_stream, setup_user
 from bench.pipeline_overhead import SENTENCE, build_index
+from bench.pyspy import Spy
+from bench.pyspy import summarise as profile_summary
 from tests.servers import ROOT, SHARED, ServerProcess, free_port, gateway_process, worker_process
 
 
@@ -203,6 +206,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--worker-env", action="append", default=[], help="KEY=VALUE for the worker, repeatable")
     ap.add_argument(
+        "--profile-with",
+        default="",
+        help="path of a py-spy executable: sample the worker (and the gateway) during the RAG bursts and print "
+        "where their CPU went",
+    )
+    ap.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -252,8 +261,12 @@ def main() -> None:
                 worker_process(base, env=worker_env) as worker,
                 gateway_process(gw_tmp, worker_url=worker.url, env={"MAX_TURNS_PER_USER": "100000"}) as gw,
             ):
+                spies = {
+                    "worker-rag": [("worker", worker.proc.pid)],
+                    "gateway-rag": [("worker", worker.proc.pid), ("gateway", gw.proc.pid)],
+                }
                 results = asyncio.run(
-                    run_size(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc)
+                    run_size(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc, spies, tmp)
                 )
                 print(f"\nindex of {n_chunks} chunks, {args.turns} turns at once per path:")
                 print(HEADER)
@@ -305,13 +318,43 @@ async def _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc):
     return out
 
 
-async def run_size(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc) -> dict:
+async def run_size(
+    args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, spies=None, tmp=None
+) -> dict:
     targets = await _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc)
     # Warm every path once (models loaded, tables open), with questions the measured turns don't ask.
     warm = Target("", "", ["warm up the store"])
     for _name, (t, chat_body) in targets.items():
         await burst(Target(t.name, t.base, warm.qs, t.headers), 2, chat_body)
-    return {name: await burst(t, args.turns, chat_body) for name, (t, chat_body) in targets.items()}
+    out = {}
+    for name, (t, chat_body) in targets.items():
+        watched = (spies or {}).get(name, []) if args.profile_with else []
+        files = {label: tmp / "profiles" / f"{name}-{n_chunks}-{label}.txt" for label, _ in watched}
+        with contextlib.ExitStack() as stack:
+            for label, pid in watched:
+                stack.enter_context(Spy(args.profile_with, pid, files[label]))
+            out[name] = await burst(t, args.turns, chat_body)
+        for label, f in files.items():
+            print(f"\nprofile of the {label} during {name} ({n_chunks} chunks), {f}:")
+            print(profile_summary(f, focus=PROFILE_STAGES))
+    return out
+
+
+PROFILE_STAGES = (
+    "pipeline/chat.py:_retrieve",
+    "retrieve.py:search",
+    "store.py:_run_legs",
+    "expand.py:expand",
+    "relevance.py:judge",
+    "grounded.py:above_floor",
+    "grounded.py:apply",
+    "provenance.py:attribute",
+    "embeddings.py:_forward",
+    "store.py:check_compatible",
+    "store.py:exists",
+    "generate.py:stream_answer",
+    "sse.py",
+)
 
 
 async def _warm_then_burst(target: Target, n: int) -> dict:

@@ -164,7 +164,8 @@ def _run(turn: Turn) -> Iterator[Event]:
     cited: list[dict] = []
     if route == "rag" and not abstained and documents:
         yield turn.step("grounding", "Checking each sentence against the sources")
-        with turn.timed("grounding_ms"):
+        # The check embeds the passages' sentences: CPU work, queued like retrieval and provenance.
+        with (yield from queued(turn)), turn.timed("grounding_ms"):
             reply, turn.grounding, abstained = grounded.apply(turn, query, reply, documents, answer_mode)
         yield turn.step("grounding", grounded.summary(turn.grounding), turn.grounding["action"])
         turn.flags["grounding"] = turn.grounding["action"]

@@ -23,6 +23,10 @@ class CountingEmbedder:
         self.embedded.extend(texts)
         return self.inner.embed_documents(texts)
 
+    embed_cached = (
+        embed_documents  # what a turn asks for; the cross-turn cache is the inner embedder's business
+    )
+
 
 def docs_for(table_store, query: str) -> list[dict]:
     from rag_worker.pipeline.expand import to_document
