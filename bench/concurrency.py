@@ -68,6 +68,21 @@ def chunk_questions(chunks: int, n: int) -> list[str]:
 PATHS = ("floor", "worker-direct", "worker-rag", "gateway-direct", "gateway-rag")
 
 
+def group_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by the process group led by `pid` (a server and its forks)."""
+    import psutil
+
+    total = 0.0
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pid:
+                t = proc.cpu_times()
+                total += t.user + t.system
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return total
+
+
 async def timed_turn(client: httpx.AsyncClient, url: str, body: dict, headers: dict | None = None) -> dict:
     start = time.perf_counter()
     async with client.stream("POST", url, json=body, headers=headers) as resp:
@@ -137,23 +152,30 @@ class Target:
         return url, {"message": q, **({"force_rag": True} if self.name == "gateway-rag" else {})}
 
 
-async def burst(target: Target, n: int, chat_body: dict | None) -> dict:
+async def burst(target: Target, n: int, chat_body: dict | None, cpu_of: dict | None = None) -> dict:
+    """n turns at once; `cpu_of` {label: pid}: also the CPU those servers spent per turn during the burst."""
     limits = httpx.Limits(max_connections=n * 2, max_keepalive_connections=n)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         await target.prepare(client, n, chat_body)
         reqs = [target.request(i) for i in range(n)]
+        cpu0 = {k: group_cpu_s(pid) for k, pid in (cpu_of or {}).items()}
         start = time.perf_counter()
         results = await asyncio.gather(
             *(timed_turn(client, url, body, target.headers) for url, body in reqs), return_exceptions=True
         )
-        return summarise(list(results), time.perf_counter() - start)
+        out = summarise(list(results), time.perf_counter() - start)
+        out["cpu_ms"] = {k: (group_cpu_s(pid) - cpu0[k]) * 1000 / n for k, pid in (cpu_of or {}).items()}
+        return out
 
 
-async def sustained(target: Target, rate: float, seconds: float, chat_body: dict | None) -> dict:
+async def sustained(
+    target: Target, rate: float, seconds: float, chat_body: dict | None, cpu_of: dict | None = None
+) -> dict:
     n = int(rate * seconds)
     limits = httpx.Limits(max_connections=n * 2, max_keepalive_connections=200)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         await target.prepare(client, n, chat_body)
+        cpu0 = {k: group_cpu_s(pid) for k, pid in (cpu_of or {}).items()}
         start = time.perf_counter()
 
         async def one(i: int):
@@ -162,7 +184,9 @@ async def sustained(target: Target, rate: float, seconds: float, chat_body: dict
             return await timed_turn(client, url, body, target.headers)
 
         results = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
-        return summarise(list(results), time.perf_counter() - start)
+        out = summarise(list(results), time.perf_counter() - start)
+        out["cpu_ms"] = {k: (group_cpu_s(pid) - cpu0[k]) * 1000 / n for k, pid in (cpu_of or {}).items()}
+        return out
 
 
 def point_gateway_index(gateway_store: Path, index_id: int, chunks: int) -> None:
@@ -184,15 +208,16 @@ def row(name: str, s: dict, floor: dict | None) -> str:
         extra += f" busy(503)={s['busy']}"
     if s["queued"]:
         extra += f" queued={s['queued']} max_pos={s['max_position']}"
+    cpu = " ".join(f"{k}={v:.0f}" for k, v in s.get("cpu_ms", {}).items() if v > 0.5)
     return (
         f"{name:15} {beside('ttft_p50'):>12} {beside('ttft_p95'):>13} {beside('gap_p95'):>11} "
-        f"{s['gap_max']:>7.0f} {beside('wall', '{:.1f}'):>12}{extra}"
+        f"{s['gap_max']:>7.0f} {beside('wall', '{:.1f}'):>12}  {cpu:24}{extra}"
     )
 
 
 HEADER = (
     f"{'path':15} {'TTFT p50 ms':>12} {'TTFT p95 ms':>13} {'gap p95 ms':>11} {'gap max':>7} {'wall s':>12}"
-    "   (floor's figure in brackets)"
+    f"  {'CPU ms per turn':24}(floor's figure in brackets)"
 )
 
 
@@ -265,8 +290,16 @@ def main() -> None:
                     "worker-rag": [("worker", worker.proc.pid)],
                     "gateway-rag": [("worker", worker.proc.pid), ("gateway", gw.proc.pid)],
                 }
+                pids = {
+                    "floor": floor_proc.proc.pid,
+                    "fake": ollama.proc.pid,
+                    "worker": worker.proc.pid,
+                    "gateway": gw.proc.pid,
+                }
                 results = asyncio.run(
-                    run_size(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc, spies, tmp)
+                    run_size(
+                        args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc, spies, tmp, pids
+                    )
                 )
                 print(f"\nindex of {n_chunks} chunks, {args.turns} turns at once per path:")
                 print(HEADER)
@@ -280,11 +313,15 @@ def main() -> None:
                     extra = dict(kv.split("=", 1) for kv in settings.split(",") if kv)
                     with worker_process(base, env={**worker_env, **extra}) as other:
                         t = Target("worker-rag", other.url, qs)
-                        s = asyncio.run(_warm_then_burst(t, args.turns))
+                        s = asyncio.run(
+                            _warm_then_burst(
+                                t, args.turns, {"worker": other.proc.pid, "fake": ollama.proc.pid}
+                            )
+                        )
                     print(row(f"rag[{label}]"[:15], s, floor))
                 if args.rate and size == max(sizes):
                     sus = asyncio.run(
-                        run_sustained(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc)
+                        run_sustained(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc, pids)
                     )
                     print(
                         f"\nsustained: turns arriving at {args.rate:g}/s for {args.seconds:g} s "
@@ -318,8 +355,18 @@ async def _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc):
     return out
 
 
+def cpu_pids(path: str, pids: dict | None) -> dict:
+    """The servers a path's turns run through, whose CPU per turn the bench reports."""
+    if not pids:
+        return {}
+    names = {"floor": ("floor", "fake"), "worker": ("worker", "fake")}.get(
+        path.split("-")[0], ("gateway", "worker", "fake")
+    )
+    return {k: pids[k] for k in names if k in pids}
+
+
 async def run_size(
-    args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, spies=None, tmp=None
+    args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, spies=None, tmp=None, pids=None
 ) -> dict:
     targets = await _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc)
     # Warm every path once (models loaded, tables open), with questions the measured turns don't ask.
@@ -333,39 +380,25 @@ async def run_size(
         with contextlib.ExitStack() as stack:
             for label, pid in watched:
                 stack.enter_context(Spy(args.profile_with, pid, files[label]))
-            out[name] = await burst(t, args.turns, chat_body)
+            out[name] = await burst(t, args.turns, chat_body, cpu_pids(name, pids))
         for label, f in files.items():
             print(f"\nprofile of the {label} during {name} ({n_chunks} chunks), {f}:")
-            print(profile_summary(f, focus=PROFILE_STAGES))
+            print(profile_summary(f))
     return out
 
 
-PROFILE_STAGES = (
-    "pipeline/chat.py:_retrieve",
-    "retrieve.py:search",
-    "store.py:_run_legs",
-    "expand.py:expand",
-    "relevance.py:judge",
-    "grounded.py:above_floor",
-    "grounded.py:apply",
-    "provenance.py:attribute",
-    "embeddings.py:_forward",
-    "store.py:check_compatible",
-    "store.py:exists",
-    "generate.py:stream_answer",
-    "sse.py",
-)
-
-
-async def _warm_then_burst(target: Target, n: int) -> dict:
+async def _warm_then_burst(target: Target, n: int, pids: dict | None = None) -> dict:
     await burst(Target(target.name, target.base, ["warm up the store"]), 2, None)
-    return await burst(target, n, None)
+    return await burst(target, n, None, pids)
 
 
-async def run_sustained(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc) -> dict:
+async def run_sustained(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, pids=None) -> dict:
     targets = await _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc)
     keep = [p for p in ("floor", "worker-rag", "gateway-rag") if p in targets]
-    return {p: await sustained(targets[p][0], args.rate, args.seconds, targets[p][1]) for p in keep}
+    return {
+        p: await sustained(targets[p][0], args.rate, args.seconds, targets[p][1], cpu_pids(p, pids))
+        for p in keep
+    }
 
 
 if __name__ == "__main__":

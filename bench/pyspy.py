@@ -57,9 +57,9 @@ def _frame_name(frame: str) -> str:
     return f"{path}:{name}"
 
 
-def summarise(raw: Path, top: int = 20, focus: tuple[str, ...] = ()) -> str:
-    """Top functions by inclusive and by self samples (shares of all samples), from py-spy's raw output.
-    `focus`: also the inclusive shares of these name fragments (e.g. pipeline stages)."""
+def summarise(raw: Path, top: int = 20) -> str:
+    """Top functions by inclusive and by self samples (shares of all samples), from py-spy's raw output. Work a
+    greenlet sends to gevent's thread pool (torch, LanceDB) shows under the pool's threads, not its caller."""
     if not raw.exists():
         return f"(no profile written to {raw})"
     total = 0
@@ -83,9 +83,4 @@ def summarise(raw: Path, top: int = 20, focus: tuple[str, ...] = ()) -> str:
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in inclusive.most_common(top)]
     lines.append("self (the function's own code, native calls included):")
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in own.most_common(top)]
-    if focus:
-        lines.append("stages:")
-        for frag in focus:
-            n = max((c for name, c in inclusive.items() if frag in name), default=0)
-            lines.append(f"  {100 * n / total:5.1f}%  {frag}")
     return "\n".join(lines)
