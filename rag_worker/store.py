@@ -36,7 +36,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,9 +122,12 @@ class Hit:
     vector_rank: int | None = None  # 1-based
     fts_rank: int | None = None  # 1-based
     rerank_score: float | None = None  # set by the pipeline's rerank stage when a cross-encoder runs
+    # The chunk's stored vector, when the search read it (so a turn never reads or embeds it again); never
+    # serialised.
+    vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "vector"}
 
 
 def doc_key(dataset: str, filename: str) -> str:
@@ -904,7 +907,7 @@ class Store:
                     q = q.refine_factor(self.ann_refine_factor)
                 if where:
                     q = q.where(where, prefilter=True)
-                rows = _rows(q.select([*_HIT_COLUMNS, "_distance"]).limit(leg_limit).to_arrow())
+                rows = _rows(q.select([*_HIT_COLUMNS, "vector", "_distance"]).limit(leg_limit).to_arrow())
                 vec_rows.extend((name, r) for r in rows)
             if fts_text is not None:
                 # A MatchQuery is a plain bag of terms (OR): quotes, colons, parentheses and AND/OR typed by a
@@ -1043,10 +1046,14 @@ def fuse(
         hit = hits.setdefault((name, row["id"]), _hit(name, row))
         hit.vector_rank = rank
         hit.vector_score = _safe(1.0 - float(row["_distance"]))
+        if row.get("vector") is not None:
+            hit.vector = row["vector"]
     for rank, (name, row) in enumerate(fts_rows, start=1):
         hit = hits.setdefault((name, row["id"]), _hit(name, row))
         hit.fts_rank = rank
         hit.fts_score = _safe(row["_score"])
+        if hit.vector is None and row.get("vector") is not None:
+            hit.vector = row["vector"]
         if hit.vector_score is None and qvec is not None and row.get("vector") is not None:
             vec = np.asarray(row["vector"], dtype=np.float32)
             norms = float(np.linalg.norm(vec) * np.linalg.norm(qvec))

@@ -241,6 +241,7 @@ def _retrieve(turn: Turn, query: str):
     floor = turn.settings.abstain_below
     top = grounded.above_floor(turn, query, hits[: opts.top_k], floor)
     documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
+    turn.chunk_vectors.update({(h.index, h.id): h.vector for h in top if h.vector is not None})
     yield turn.step("expanding", "Adding neighbouring passages")
     with turn.timed("expand_ms"):
         added = expand.expand(turn, documents)

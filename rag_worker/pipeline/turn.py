@@ -58,6 +58,8 @@ class Turn:
     read: dict[str, str] = field(default_factory=dict)
     grounding: dict | None = None
     _vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    # Stored vectors of the chunks this turn's search returned, {(index, chunk id): vector} (for provenance).
+    chunk_vectors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
 
     @property
     def settings(self):
