@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.concurrency [--turns 100] [--chunks 40,10000] [--tokens-per-second 20]
                                           [--rate 20 --seconds 30] [--paths floor,worker-direct,...]
+                                          [--variant NAME:KEY=VALUE,...] [--profile-with PY_SPY]
 
 Starts the fake Ollama (tests/ollama_server.py, its own process, pacing tokens at 1/tokens-per-second), the real
 worker (gunicorn + gevent, 1 process) and the real gateway (uvicorn) on loopback, plus the floor: a bare gevent
@@ -16,8 +17,15 @@ index size (SciFact sentences, the index bench.pipeline_overhead builds and cach
 
 and prints first-token p50/p95, token-gap p95 (and max) and wall time for all N, each beside the floor's. With
 --rate R --seconds T it then runs the sustained mode: RAG turns arriving at R per second for T seconds (worker and
-gateway), on the largest index. Every turn asks a different question about one of the index's sentences, so RAG turns retrieve,
-generate and cite (rather than abstain) and the query-embedding cache never flatters them.
+gateway), on the largest index. Every turn asks a different question about one of the index's sentences, so RAG turns
+retrieve, generate and cite (rather than abstain); each path gets its own questions, so the worker's caches (query
+embeddings, sentence vectors) never carry one path's work into another's figures. Each row also says how many
+milliseconds of CPU each server spent per turn (from /proc, over the burst), and for the gateway paths how many
+answers were seen in SQLite with their partial text saved while still running (the write-ahead turns at work).
+
+    --chunks 40 --paths floor,worker-rag          a quick check (about a minute)
+    --chunks 10000 --rate 20 --seconds 5           the 10k index and a short sustained run
+    --profile-with /tmp/pyspy/bin/py-spy           also where the worker's and gateway's CPU went (py-spy)
 
 Prints its figures; never pass/fail. The gateway's index record is pointed at the pre-built worker table (the
 bench writes the gateway's SQLite row), so a 10k-chunk index needs no upload through the gateway.
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import sqlite3
@@ -39,6 +48,8 @@ import httpx
 
 from bench.gateway_relay import new_chat, pct, read_stream, setup_user
 from bench.pipeline_overhead import SENTENCE, build_index
+from bench.pyspy import Spy
+from bench.pyspy import summarise as profile_summary
 from tests.servers import ROOT, SHARED, ServerProcess, free_port, gateway_process, worker_process
 
 
@@ -63,6 +74,34 @@ def chunk_questions(chunks: int, n: int) -> list[str]:
 
 
 PATHS = ("floor", "worker-direct", "worker-rag", "gateway-direct", "gateway-rag")
+
+
+class Questions:
+    """Hands each path (and variant, and the sustained mode) its own questions, so that no path finds another's
+    query embedding or answer sentences in the worker's caches."""
+
+    def __init__(self, pool: list[str]):
+        self.pool, self.used = pool, 0
+
+    def take(self, n: int) -> list[str]:
+        out = self.pool[self.used : self.used + n]
+        self.used += n
+        return out or self.pool[:n]
+
+
+def group_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by the process group led by `pid` (a server and its forks)."""
+    import psutil
+
+    total = 0.0
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pid:
+                t = proc.cpu_times()
+                total += t.user + t.system
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return total
 
 
 async def timed_turn(client: httpx.AsyncClient, url: str, body: dict, headers: dict | None = None) -> dict:
@@ -134,23 +173,59 @@ class Target:
         return url, {"message": q, **({"force_rag": True} if self.name == "gateway-rag" else {})}
 
 
-async def burst(target: Target, n: int, chat_body: dict | None) -> dict:
+async def watch_saves(db_path: Path, seen: dict) -> None:
+    """While a gateway burst runs: how many running answers already have partial text (or steps) in SQLite,
+    i.e. the write-ahead turn's periodic saves happened under this load (max over the burst)."""
+
+    def count() -> tuple[int, int]:
+        with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as db:
+            running = "FROM messages WHERE role='assistant' AND status='running'"
+            text = db.execute(f"SELECT COUNT(*) {running} AND content != ''").fetchone()[0]
+            steps = db.execute(
+                f"SELECT COUNT(*) {running} AND steps IS NOT NULL AND steps != '[]'"
+            ).fetchone()[0]
+            return text, steps
+
+    while True:
+        with contextlib.suppress(sqlite3.Error):
+            text, steps = await asyncio.to_thread(count)
+            seen["partial_text"] = max(seen.get("partial_text", 0), text)
+            seen["partial_steps"] = max(seen.get("partial_steps", 0), steps)
+        await asyncio.sleep(0.25)
+
+
+async def burst(
+    target: Target, n: int, chat_body: dict | None, cpu_of: dict | None = None, db: Path | None = None
+) -> dict:
+    """n turns at once; `cpu_of` {label: pid}: also the CPU those servers spent per turn during the burst;
+    `db`: the gateway's SQLite file, watched for the write-ahead turns' saves."""
     limits = httpx.Limits(max_connections=n * 2, max_keepalive_connections=n)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         await target.prepare(client, n, chat_body)
         reqs = [target.request(i) for i in range(n)]
+        cpu0 = {k: group_cpu_s(pid) for k, pid in (cpu_of or {}).items()}
+        saves: dict = {}
+        watcher = asyncio.create_task(watch_saves(db, saves)) if db is not None else None
         start = time.perf_counter()
         results = await asyncio.gather(
             *(timed_turn(client, url, body, target.headers) for url, body in reqs), return_exceptions=True
         )
-        return summarise(list(results), time.perf_counter() - start)
+        out = summarise(list(results), time.perf_counter() - start)
+        if watcher is not None:
+            watcher.cancel()
+            out["saves"] = saves
+        out["cpu_ms"] = {k: (group_cpu_s(pid) - cpu0[k]) * 1000 / n for k, pid in (cpu_of or {}).items()}
+        return out
 
 
-async def sustained(target: Target, rate: float, seconds: float, chat_body: dict | None) -> dict:
+async def sustained(
+    target: Target, rate: float, seconds: float, chat_body: dict | None, cpu_of: dict | None = None
+) -> dict:
     n = int(rate * seconds)
     limits = httpx.Limits(max_connections=n * 2, max_keepalive_connections=200)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         await target.prepare(client, n, chat_body)
+        cpu0 = {k: group_cpu_s(pid) for k, pid in (cpu_of or {}).items()}
         start = time.perf_counter()
 
         async def one(i: int):
@@ -159,7 +234,9 @@ async def sustained(target: Target, rate: float, seconds: float, chat_body: dict
             return await timed_turn(client, url, body, target.headers)
 
         results = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
-        return summarise(list(results), time.perf_counter() - start)
+        out = summarise(list(results), time.perf_counter() - start)
+        out["cpu_ms"] = {k: (group_cpu_s(pid) - cpu0[k]) * 1000 / n for k, pid in (cpu_of or {}).items()}
+        return out
 
 
 def point_gateway_index(gateway_store: Path, index_id: int, chunks: int) -> None:
@@ -181,15 +258,18 @@ def row(name: str, s: dict, floor: dict | None) -> str:
         extra += f" busy(503)={s['busy']}"
     if s["queued"]:
         extra += f" queued={s['queued']} max_pos={s['max_position']}"
+    if "saves" in s:  # write-ahead turns: answers seen running with their partial text already saved
+        extra += f" saved-while-running={s['saves'].get('partial_text', 0)}"
+    cpu = " ".join(f"{k}={v:.0f}" for k, v in s.get("cpu_ms", {}).items() if v > 0.5)
     return (
         f"{name:15} {beside('ttft_p50'):>12} {beside('ttft_p95'):>13} {beside('gap_p95'):>11} "
-        f"{s['gap_max']:>7.0f} {beside('wall', '{:.1f}'):>12}{extra}"
+        f"{s['gap_max']:>7.0f} {beside('wall', '{:.1f}'):>12}  {cpu:24}{extra}"
     )
 
 
 HEADER = (
     f"{'path':15} {'TTFT p50 ms':>12} {'TTFT p95 ms':>13} {'gap p95 ms':>11} {'gap max':>7} {'wall s':>12}"
-    "   (floor's figure in brackets)"
+    f"  {'CPU ms per turn':24}(floor's figure in brackets)"
 )
 
 
@@ -202,6 +282,12 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=0.0, help="sustained mode: RAG turns per second (0: skip)")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--worker-env", action="append", default=[], help="KEY=VALUE for the worker, repeatable")
+    ap.add_argument(
+        "--profile-with",
+        default="",
+        help="path of a py-spy executable: sample the worker (and the gateway) during the RAG bursts and print "
+        "where their CPU went",
+    )
     ap.add_argument(
         "--variant",
         action="append",
@@ -246,14 +332,31 @@ def main() -> None:
         for size in sizes:
             base = ROOT / ".cache" / "bench" / f"pipeline_overhead_{size}"
             n_chunks = build_index(base / "index_store", size)
-            qs = chunk_questions(n_chunks, max(args.turns, int(args.rate * args.seconds)))
+            n_sustained = int(args.rate * args.seconds) if size == max(sizes) else 0
+            qs = Questions(
+                chunk_questions(
+                    n_chunks, args.turns * (len(paths) + len(args.variant)) + 3 * n_sustained + args.turns
+                )
+            )
             gw_tmp = tmp / f"gateway-{size}"
             with (
                 worker_process(base, env=worker_env) as worker,
                 gateway_process(gw_tmp, worker_url=worker.url, env={"MAX_TURNS_PER_USER": "100000"}) as gw,
             ):
+                spies = {
+                    "worker-rag": [("worker", worker.proc.pid)],
+                    "gateway-rag": [("worker", worker.proc.pid), ("gateway", gw.proc.pid)],
+                }
+                pids = {
+                    "floor": floor_proc.proc.pid,
+                    "fake": ollama.proc.pid,
+                    "worker": worker.proc.pid,
+                    "gateway": gw.proc.pid,
+                }
                 results = asyncio.run(
-                    run_size(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc)
+                    run_size(
+                        args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc, spies, tmp, pids
+                    )
                 )
                 print(f"\nindex of {n_chunks} chunks, {args.turns} turns at once per path:")
                 print(HEADER)
@@ -266,12 +369,16 @@ def main() -> None:
                     label, _, settings = variant.partition(":")
                     extra = dict(kv.split("=", 1) for kv in settings.split(",") if kv)
                     with worker_process(base, env={**worker_env, **extra}) as other:
-                        t = Target("worker-rag", other.url, qs)
-                        s = asyncio.run(_warm_then_burst(t, args.turns))
+                        t = Target("worker-rag", other.url, qs.take(args.turns))
+                        s = asyncio.run(
+                            _warm_then_burst(
+                                t, args.turns, {"worker": other.proc.pid, "fake": ollama.proc.pid}
+                            )
+                        )
                     print(row(f"rag[{label}]"[:15], s, floor))
                 if args.rate and size == max(sizes):
                     sus = asyncio.run(
-                        run_sustained(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc)
+                        run_sustained(args, paths, qs, worker.url, gw.url, gw_tmp, n_chunks, floor_proc, pids)
                     )
                     print(
                         f"\nsustained: turns arriving at {args.rate:g}/s for {args.seconds:g} s "
@@ -284,45 +391,80 @@ def main() -> None:
                             print(f"{'':15} e.g. {sample}")
 
 
-async def _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc):
+_GATEWAY_SETUP: dict[str, tuple[dict, dict]] = {}
+
+
+async def _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, n):
     out: dict[str, tuple[Target, dict | None]] = {}
-    headers = None
+    headers, index = None, None
     if any(p.startswith("gateway") for p in paths):
-        async with httpx.AsyncClient(base_url=gw_url, timeout=60) as g:
-            headers = await setup_user(g)
-            index = (await g.post("/api/indexes", json={"name": "bench"}, headers=headers)).json()
-            point_gateway_index(gw_tmp / "index_store", index["id"], n_chunks)
-            await new_chat(g, headers)
+        if gw_url not in _GATEWAY_SETUP:  # one user and one index record per gateway
+            async with httpx.AsyncClient(base_url=gw_url, timeout=60) as g:
+                headers = await setup_user(g)
+                index = (await g.post("/api/indexes", json={"name": "bench"}, headers=headers)).json()
+                point_gateway_index(gw_tmp / "index_store", index["id"], n_chunks)
+                await new_chat(g, headers)
+            _GATEWAY_SETUP[gw_url] = (headers, index)
+        headers, index = _GATEWAY_SETUP[gw_url]
     for p in paths:
         if p == "floor":
-            out[p] = (Target(p, floor_proc.url, qs), None)
+            out[p] = (Target(p, floor_proc.url, qs.take(n)), None)
         elif p.startswith("worker"):
-            out[p] = (Target(p, worker_url, qs), None)
+            out[p] = (Target(p, worker_url, qs.take(n)), None)
         elif p == "gateway-direct":
-            out[p] = (Target(p, gw_url, qs, headers), {"title": "bench"})
+            out[p] = (Target(p, gw_url, qs.take(n), headers), {"title": "bench"})
         elif p == "gateway-rag":
-            out[p] = (Target(p, gw_url, qs, headers), {"title": "bench", "index_ids": [index["id"]]})
+            out[p] = (Target(p, gw_url, qs.take(n), headers), {"title": "bench", "index_ids": [index["id"]]})
     return out
 
 
-async def run_size(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc) -> dict:
-    targets = await _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc)
+def cpu_pids(path: str, pids: dict | None) -> dict:
+    """The servers a path's turns run through, whose CPU per turn the bench reports."""
+    if not pids:
+        return {}
+    names = {"floor": ("floor", "fake"), "worker": ("worker", "fake")}.get(
+        path.split("-")[0], ("gateway", "worker", "fake")
+    )
+    return {k: pids[k] for k in names if k in pids}
+
+
+async def run_size(
+    args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, spies=None, tmp=None, pids=None
+) -> dict:
+    targets = await _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, args.turns)
     # Warm every path once (models loaded, tables open), with questions the measured turns don't ask.
     warm = Target("", "", ["warm up the store"])
     for _name, (t, chat_body) in targets.items():
         await burst(Target(t.name, t.base, warm.qs, t.headers), 2, chat_body)
-    return {name: await burst(t, args.turns, chat_body) for name, (t, chat_body) in targets.items()}
+    out = {}
+    for name, (t, chat_body) in targets.items():
+        watched = (spies or {}).get(name, []) if args.profile_with else []
+        files = {label: tmp / "profiles" / f"{name}-{n_chunks}-{label}.txt" for label, _ in watched}
+        with contextlib.ExitStack() as stack:
+            for label, pid in watched:
+                stack.enter_context(Spy(args.profile_with, pid, files[label]))
+            db = gw_tmp / "index_store" / "gateway.db" if name.startswith("gateway") else None
+            out[name] = await burst(t, args.turns, chat_body, cpu_pids(name, pids), db)
+        for label, f in files.items():
+            print(f"\nprofile of the {label} during {name} ({n_chunks} chunks), {f}:")
+            print(profile_summary(f))
+    return out
 
 
-async def _warm_then_burst(target: Target, n: int) -> dict:
+async def _warm_then_burst(target: Target, n: int, pids: dict | None = None) -> dict:
     await burst(Target(target.name, target.base, ["warm up the store"]), 2, None)
-    return await burst(target, n, None)
+    return await burst(target, n, None, pids)
 
 
-async def run_sustained(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc) -> dict:
-    targets = await _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc)
+async def run_sustained(args, paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, pids=None) -> dict:
+    keep_paths = [p for p in paths if p in ("floor", "worker-rag", "gateway-rag")]
+    n = int(args.rate * args.seconds)
+    targets = await _targets(keep_paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, n)
     keep = [p for p in ("floor", "worker-rag", "gateway-rag") if p in targets]
-    return {p: await sustained(targets[p][0], args.rate, args.seconds, targets[p][1]) for p in keep}
+    return {
+        p: await sustained(targets[p][0], args.rate, args.seconds, targets[p][1], cpu_pids(p, pids))
+        for p in keep
+    }
 
 
 if __name__ == "__main__":

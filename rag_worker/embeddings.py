@@ -84,6 +84,7 @@ class Embedder:
         torch_threads: int = 0,
         query_cache_size: int = 2048,
         query_batching: bool = False,
+        text_cache_size: int = 0,
     ):
         import torch
         from transformers import AutoModel, AutoTokenizer
@@ -119,6 +120,10 @@ class Embedder:
         self._cache_size = query_cache_size
         self._cache_lock = threading.Lock()  # held only around dict operations, never across a yield
         self._batcher = QueryBatcher(self._forward, query_batching, self.batch_size)
+        # Sentences the turns check answers against (passage sentences of the chunks they retrieve): the same
+        # chunks come back turn after turn, and re-embedding their sentences was most of a RAG turn's CPU.
+        self._texts: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._texts_size = max(0, text_cache_size)
 
     def describe(self) -> dict:
         return {
@@ -162,6 +167,33 @@ class Embedder:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return vec
+
+    def embed_cached(self, texts: Sequence[str]) -> np.ndarray:
+        """`embed_documents`, remembering up to `text_cache_size` texts' vectors across calls (LRU): for texts
+        that recur between requests (the sentences of retrieved passages), not for whole documents."""
+        if not self._texts_size:
+            return self.embed_documents(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        missing: dict[str, list[int]] = {}
+        with self._cache_lock:
+            for i, text in enumerate(texts):
+                vec = self._texts.get(text)
+                if vec is None:
+                    missing.setdefault(text, []).append(i)
+                else:
+                    self._texts.move_to_end(text)
+                    out[i] = vec
+        if missing:
+            new = list(missing)
+            vectors = self.embed_documents(new)
+            with self._cache_lock:
+                for text, vec in zip(new, vectors, strict=True):
+                    out[missing[text]] = vec
+                    self._texts[text] = vec
+                    self._texts.move_to_end(text)
+                while len(self._texts) > self._texts_size:
+                    self._texts.popitem(last=False)
+        return out
 
     def _forward(self, texts: list[str]) -> np.ndarray:
         torch = self._torch

@@ -40,6 +40,7 @@ class Services:
                 max_length=self.settings.embedding_max_length,
                 torch_threads=self.settings.torch_threads,
                 query_batching=self.settings.query_batching,
+                text_cache_size=self.settings.text_cache_size,
             )
 
     @cached_property

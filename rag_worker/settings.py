@@ -131,6 +131,10 @@ class Settings(BaseSettings):
     max_queued_turns: int = Field(default=256, ge=0, alias="MAX_QUEUED_TURNS")
     # Concurrent turns' query embeddings share one forward pass (those arriving while one runs go together next).
     query_batching: bool = Field(default=True, alias="QUERY_BATCHING")
+    # Vectors of recently embedded passage and answer sentences kept across turns (LRU, entries; 0: off): the
+    # grounding check embeds every sentence of the passages a turn retrieved, and popular passages recur.
+    # About 1.6 KB each with MiniLM (384 floats and the text).
+    text_cache_size: int = Field(default=20_000, ge=0, alias="TEXT_CACHE_SIZE")
 
     @field_validator("worker_api_key", mode="before")
     @classmethod

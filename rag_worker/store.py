@@ -36,7 +36,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,9 +122,12 @@ class Hit:
     vector_rank: int | None = None  # 1-based
     fts_rank: int | None = None  # 1-based
     rerank_score: float | None = None  # set by the pipeline's rerank stage when a cross-encoder runs
+    # The chunk's stored vector, when the search read it (so a turn never reads or embeds it again); never
+    # serialised.
+    vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "vector"}
 
 
 def doc_key(dataset: str, filename: str) -> str:
@@ -217,6 +220,7 @@ class Store:
             str(self.root), read_consistency_interval=timedelta(0), session=self.session
         )
         self._tables: dict[str, LanceTable] = {}
+        self._markers: dict[str, tuple[LanceTable, dict]] = {}
 
     # -- identity -------------------------------------------------------------------------------------------
 
@@ -230,7 +234,7 @@ class Store:
 
     def exists(self, index: str) -> bool:
         check_table(index)
-        return self._physical(index) in offload(self._table_names)
+        return self._has_table(self._physical(index))
 
     def indexes(self) -> list[str]:
         tables = set(offload(self._table_names))
@@ -251,7 +255,7 @@ class Store:
 
     def check_compatible(self, index: str) -> None:
         table = self._require(index)
-        self._check_marker(index, offload(self._read_marker, table))
+        self._check_marker(index, self._marker_of(table))
 
     # -- writes ---------------------------------------------------------------------------------------------
 
@@ -506,7 +510,7 @@ class Store:
         def open_tables() -> list[tuple[str, LanceTable]]:
             tables = [(name, self._require(name)) for name in names]
             for name, table in tables:
-                self._check_marker(name, offload(self._read_marker, table))
+                self._check_marker(name, self._marker_of(table))
             return tables
 
         tables = open_tables()
@@ -553,6 +557,35 @@ class Store:
         hits = [_hit(index, row) for row in rows]
         return sorted(hits, key=lambda h: h.chunk_index)
 
+    def neighbours_of(
+        self, index: str, wanted: dict[tuple[str, str, str], list[int]]
+    ) -> dict[tuple[str, str, str], list[Hit]]:
+        """`neighbours` for several documents of one index in one scan: {(document_id, dataset, filename): chunk
+        indexes} -> {same key: hits in document order}."""
+        clauses, keys = [], {}
+        for key, chunk_indexes in wanted.items():
+            document_id, dataset, filename = key
+            check_name(dataset, "dataset")
+            filename = check_filename(filename)
+            indexes = sorted({int(i) for i in chunk_indexes if int(i) >= 0})
+            if indexes:
+                keys[(document_id, doc_key(dataset, filename))] = key
+                clauses.append(
+                    f"({_doc_filter(dataset, filename, document_id)} AND chunk_index IN "
+                    f"({', '.join(map(str, indexes))}))"
+                )
+        table = self._require(index)
+        out: dict[tuple[str, str, str], list[Hit]] = {k: [] for k in keys.values()}
+        if not clauses:
+            return out
+        for row in offload(self._scan, table, " OR ".join(clauses), [*_HIT_COLUMNS, "doc_key"]):
+            key = keys.get((row["document_id"], row["doc_key"]))
+            if key is not None:
+                out[key].append(_hit(index, row))
+        for hits in out.values():
+            hits.sort(key=lambda h: h.chunk_index)
+        return out
+
     def vectors(self, index: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """The stored vectors of the chunks with these ids (those that exist), so no caller re-embeds a chunk."""
         wanted = [i for i in dict.fromkeys(ids) if isinstance(i, str) and NAME_RE.fullmatch(i)]
@@ -560,12 +593,7 @@ class Store:
         if not wanted or table is None:
             return {}
         data = offload(self._scan_arrow, table, _in_clause("id", wanted), ["id", "vector"])
-        return {
-            row_id: np.asarray(vec, dtype=np.float32)
-            for row_id, vec in zip(
-                data.column("id").to_pylist(), data.column("vector").to_pylist(), strict=True
-            )
-        }
+        return {row["id"]: np.asarray(row["vector"], dtype=np.float32) for row in _rows(data)}
 
     def list_documents(self, index: str) -> list[dict]:
         return self._read(index, self._list_documents)
@@ -616,19 +644,36 @@ class Store:
             return index
         return target if self._staged_for(target) == index else index
 
+    def _has_table(self, name: str) -> bool:
+        """Whether table `name` exists: its folder in the store (what LanceDB's own listing of a local database
+        reads), without a listing of every table through LanceDB's event loop on each request."""
+        return (self.root / f"{name}.lance").is_dir()
+
     def _open(self, index: str) -> LanceTable | None:
         check_table(index)
         name = self._physical(index)
-        if name not in offload(self._table_names):
+        if not self._has_table(name):
             self._tables.pop(name, None)  # dropped, maybe by another process
+            self._markers.pop(name, None)
             return None
         table = self._tables.get(name)
         if table is None:
             for stale in [n for n in self._tables if n != name and (self._staged_for(n) or n) == index]:
                 self._tables.pop(stale, None)  # swapped out by a rebuild, maybe in another process
+                self._markers.pop(stale, None)
             table = offload(self._db.open_table, name)
             self._tables[name] = table
         return table
+
+    def _marker_of(self, table: LanceTable) -> dict:
+        """The table's marker, read once per table object: it is written when the table is created and never
+        changed (a rebuild makes a new table), while reading the schema checks the disk for a newer version."""
+        cached = self._markers.get(table.name)
+        if cached is not None and cached[0] is table:
+            return cached[1]
+        marker = offload(self._read_marker, table)
+        self._markers[table.name] = (table, marker)
+        return marker
 
     def _require(self, index: str) -> LanceTable:
         table = self._open(index)
@@ -862,7 +907,7 @@ class Store:
                     q = q.refine_factor(self.ann_refine_factor)
                 if where:
                     q = q.where(where, prefilter=True)
-                rows = q.select([*_HIT_COLUMNS, "_distance"]).limit(leg_limit).to_list()
+                rows = _rows(q.select([*_HIT_COLUMNS, "vector", "_distance"]).limit(leg_limit).to_arrow())
                 vec_rows.extend((name, r) for r in rows)
             if fts_text is not None:
                 # A MatchQuery is a plain bag of terms (OR): quotes, colons, parentheses and AND/OR typed by a
@@ -873,7 +918,7 @@ class Store:
                 # In hybrid mode the stored vectors come along: a chunk only this leg found still gets its exact
                 # cosine similarity, which the score fusions need (and the relevance check would else re-embed).
                 columns = [*_HIT_COLUMNS, "_score", *(["vector"] if qvec is not None else [])]
-                rows = q.select(columns).limit(leg_limit).to_list()
+                rows = _rows(q.select(columns).limit(leg_limit).to_arrow())
                 fts_rows.extend((name, r) for r in rows)
         # Across several tables each leg is merged by its own score before ranks are assigned.
         vec_rows.sort(key=lambda nr: nr[1]["_distance"])
@@ -939,6 +984,23 @@ def _retry_conflicts(fn, what: str):
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _rows(data: pa.Table) -> list[dict]:
+    """Arrow rows as dicts, a `vector` column as numpy rows (a Python list of floats per row costs more CPU than
+    the search itself)."""
+    if "vector" not in data.column_names:
+        return data.to_pylist()
+    column = data.column("vector").combine_chunks()
+    if column.null_count or not pa.types.is_fixed_size_list(column.type):
+        return data.to_pylist()
+    rows = data.drop_columns(["vector"]).to_pylist()
+    if not rows:
+        return rows
+    vectors = column.flatten().to_numpy(zero_copy_only=False).reshape(len(rows), -1)
+    for row, vec in zip(rows, vectors, strict=True):
+        row["vector"] = vec
+    return rows
+
+
 def _hit(index: str, row: dict) -> Hit:
     try:
         metadata = json.loads(row.get("metadata") or "{}")
@@ -984,10 +1046,14 @@ def fuse(
         hit = hits.setdefault((name, row["id"]), _hit(name, row))
         hit.vector_rank = rank
         hit.vector_score = _safe(1.0 - float(row["_distance"]))
+        if row.get("vector") is not None:
+            hit.vector = row["vector"]
     for rank, (name, row) in enumerate(fts_rows, start=1):
         hit = hits.setdefault((name, row["id"]), _hit(name, row))
         hit.fts_rank = rank
         hit.fts_score = _safe(row["_score"])
+        if hit.vector is None and row.get("vector") is not None:
+            hit.vector = row["vector"]
         if hit.vector_score is None and qvec is not None and row.get("vector") is not None:
             vec = np.asarray(row["vector"], dtype=np.float32)
             norms = float(np.linalg.norm(vec) * np.linalg.norm(qvec))

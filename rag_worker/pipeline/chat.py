@@ -164,7 +164,8 @@ def _run(turn: Turn) -> Iterator[Event]:
     cited: list[dict] = []
     if route == "rag" and not abstained and documents:
         yield turn.step("grounding", "Checking each sentence against the sources")
-        with turn.timed("grounding_ms"):
+        # The check embeds the passages' sentences: CPU work, queued like retrieval and provenance.
+        with (yield from queued(turn)), turn.timed("grounding_ms"):
             reply, turn.grounding, abstained = grounded.apply(turn, query, reply, documents, answer_mode)
         yield turn.step("grounding", grounded.summary(turn.grounding), turn.grounding["action"])
         turn.flags["grounding"] = turn.grounding["action"]
@@ -240,6 +241,7 @@ def _retrieve(turn: Turn, query: str):
     floor = turn.settings.abstain_below
     top = grounded.above_floor(turn, query, hits[: opts.top_k], floor)
     documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
+    turn.chunk_vectors.update({(h.index, h.id): h.vector for h in top if h.vector is not None})
     yield turn.step("expanding", "Adding neighbouring passages")
     with turn.timed("expand_ms"):
         added = expand.expand(turn, documents)

@@ -51,9 +51,15 @@ def expand(turn: Turn, docs: list[dict]) -> int:
             if i >= 0 and i != d["chunk_index"] and (*key, i) not in present:
                 wanted[key].add(i)
     texts: dict[tuple, str] = {}
+    by_index: dict[str, dict[tuple[str, str, str], list[int]]] = defaultdict(dict)
     for (index, document_id, dataset, filename), indexes in wanted.items():
-        for hit in turn.services.store.neighbours(index, document_id, dataset, filename, sorted(indexes)):
-            texts[(index, document_id, dataset, filename, hit.chunk_index)] = hit.text
+        by_index[index][(document_id, dataset, filename)] = sorted(indexes)
+    for index, docs_wanted in by_index.items():  # one scan per index, not one per document
+        for (document_id, dataset, filename), hits in turn.services.store.neighbours_of(
+            index, docs_wanted
+        ).items():
+            for hit in hits:
+                texts[(index, document_id, dataset, filename, hit.chunk_index)] = hit.text
     added = 0
     for d in docs:
         if d["chunk_index"] is None:

@@ -35,7 +35,11 @@ def document_vectors(turn: Turn, documents: list[dict], texts: list[str]) -> np.
     by_index: dict[str, list[str]] = {}
     for d in documents:
         if isinstance(d.get("index"), str) and isinstance(d.get("id"), str):
-            by_index.setdefault(d["index"], []).append(d["id"])
+            key = (d["index"], d["id"])
+            if key in turn.chunk_vectors:  # read with the search results
+                found[key] = turn.chunk_vectors[key]
+            else:
+                by_index.setdefault(d["index"], []).append(d["id"])
     for index, ids in by_index.items():
         try:
             stored = turn.services.store.vectors(index, ids)

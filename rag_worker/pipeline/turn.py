@@ -58,6 +58,8 @@ class Turn:
     read: dict[str, str] = field(default_factory=dict)
     grounding: dict | None = None
     _vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    # Stored vectors of the chunks this turn's search returned, {(index, chunk id): vector} (for provenance).
+    chunk_vectors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
 
     @property
     def settings(self):
@@ -89,10 +91,11 @@ class Turn:
 
     def embed_texts(self, texts: list[str]) -> np.ndarray:
         """Embeddings of `texts`, computed once per turn: the missing ones in one batched call, the rest reused
-        (the grounding check, the extractive answer and provenance embed many of the same sentences)."""
+        (the grounding check, the extractive answer and provenance embed many of the same sentences). Across
+        turns the embedder remembers recent texts (TEXT_CACHE_SIZE): the same passages come back."""
         missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
         if missing:
-            for text, vec in zip(missing, self.services.embedder.embed_documents(missing), strict=True):
+            for text, vec in zip(missing, self.services.embedder.embed_cached(missing), strict=True):
                 self._vectors[text] = vec
         dim = self.services.embedder.dim
         return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, dim), dtype=np.float32)

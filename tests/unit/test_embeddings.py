@@ -48,6 +48,32 @@ def test_query_cache_returns_the_same_read_only_vector(embedder):
     assert float(first @ embedder.embed_documents(["what is the refund policy?"])[0]) > 0.999
 
 
+def test_recurring_texts_are_embedded_once_across_calls(embedder):
+    from rag_worker.settings import packaged_embedding_model
+
+    cached = Embedder(packaged_embedding_model(), batch_size=4, torch_threads=1, text_cache_size=3)
+    asked: list[str] = []
+    inner = cached.embed_documents
+
+    def counting(texts):
+        asked.extend(texts)
+        return inner(texts)
+
+    cached.embed_documents = counting
+    a, b, c, d = "Refunds take ten days.", "The office opens at nine.", "Parking is free.", "Badges are blue."
+    first = cached.embed_cached([a, b, a])
+    assert asked == [a, b]  # a repeated text is embedded once
+    second = cached.embed_cached([b, c, a])
+    assert asked == [a, b, c]  # only the new one
+    assert np.allclose(second[2], first[0]) and np.allclose(second[0], first[1])
+    assert float(second[1] @ embedder.embed_documents([c])[0]) > 0.999
+    cached.embed_cached([d])  # the cache holds 3: the least recently used (b) goes
+    cached.embed_cached([b])
+    assert asked == [a, b, c, d, b]
+    off = Embedder(packaged_embedding_model(), batch_size=4, torch_threads=1, text_cache_size=0)
+    assert float(off.embed_cached([a])[0] @ first[0]) > 0.999
+
+
 def test_similar_sentences_score_higher_than_unrelated(embedder):
     q = embedder.embed_query("How many vacation days do employees get?")
     docs = embedder.embed_documents(

@@ -23,6 +23,10 @@ class CountingEmbedder:
         self.embedded.extend(texts)
         return self.inner.embed_documents(texts)
 
+    embed_cached = (
+        embed_documents  # what a turn asks for; the cross-turn cache is the inner embedder's business
+    )
+
 
 def docs_for(table_store, query: str) -> list[dict]:
     from rag_worker.pipeline.expand import to_document
@@ -45,7 +49,9 @@ def test_stored_vectors_come_back_by_id_and_unknown_ids_are_skipped(filled):  # 
 def _turn(chunks, embedder) -> SimpleNamespace:
     """The parts of a Turn provenance uses, with the Turn's own per-turn embedding cache."""
     turn = SimpleNamespace(
-        services=SimpleNamespace(store=chunks, embedder=embedder, reranker=None), _vectors={}
+        services=SimpleNamespace(store=chunks, embedder=embedder, reranker=None),
+        _vectors={},
+        chunk_vectors={},
     )
     turn.embed_texts = partial(Turn.embed_texts, turn)
     return turn
@@ -72,3 +78,18 @@ def test_documents_the_index_lacks_are_embedded_from_their_text(filled):  # noqa
     assert counting.embedded == ["Parking is free for visitors."]
     assert vecs.shape == (2, filled.embedder.dim)
     assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
+
+
+def test_vectors_read_with_the_search_are_not_read_again(filled, monkeypatch):  # noqa: F811
+    hits = filled.search("default", "how many vacation days do employees get", limit=3)
+    assert all(h.vector is not None and "vector" not in h.to_dict() for h in hits)
+    docs = docs_for(filled, "how many vacation days do employees get")
+    counting = CountingEmbedder(filled.embedder)
+    turn = _turn(filled, counting)
+    turn.chunk_vectors = {(h.index, h.id): h.vector for h in hits}
+    reads = []
+    monkeypatch.setattr(filled, "vectors", lambda index, ids: reads.append(ids) or {})
+    vecs = provenance.document_vectors(turn, docs, [d["text"] for d in docs])
+    assert reads == [] and counting.embedded == []  # neither the store nor the model was asked
+    for row, d in enumerate(docs):
+        assert float(vecs[row] @ filled.embedder.embed_documents([d["text"]])[0]) > 0.999

@@ -375,6 +375,40 @@ def test_neighbours_returns_requested_chunks_in_order(filled):
     assert filled.neighbours("default", doc_id, "hr", "leave.md", []) == []
 
 
+def test_neighbours_of_several_documents_in_one_call(filled):
+    leave, office = CORPUS[("hr", "leave.md")], CORPUS[("hr", "office.md")]
+    leave_id, office_id = digest("\n".join(leave)), digest("\n".join(office))
+    got = filled.neighbours_of(
+        "default",
+        {
+            (leave_id, "hr", "leave.md"): [2, 0, 7],
+            (office_id, "hr", "office.md"): [1],
+            (office_id, "hr", "leave.md"): [1],  # another document's id: nothing
+            (leave_id, "eng", "deploy.md"): [],
+        },
+    )
+    assert [(h.chunk_index, h.text) for h in got[(leave_id, "hr", "leave.md")]] == [
+        (0, leave[0]),
+        (2, leave[2]),
+    ]
+    assert [h.text for h in got[(office_id, "hr", "office.md")]] == [office[1]]
+    assert got[(office_id, "hr", "leave.md")] == []
+    assert (leave_id, "eng", "deploy.md") not in got
+    with pytest.raises(BadRequest):
+        filled.neighbours_of("default", {(leave_id, "hr' OR 1=1 --", "leave.md"): [0]})
+
+
+def test_a_table_recreated_under_the_same_name_is_checked_again(filled):
+    filled.check_compatible("default")  # the marker is now known for this table
+    other = copy.copy(filled.embedder)
+    other.model_id, other.dim = "example/other", 8
+    filled.drop("default")
+    stranger = Store(filled.root, other)
+    stranger.add_chunks("default", [{**rows_for("hr", "x.md", ["x"])[0], "vector": [0.1] * 8}])
+    with pytest.raises(EmbedderMismatch):
+        filled.check_compatible("default")
+
+
 def test_listing_documents_datasets_and_counts(filled):
     docs = filled.list_documents("default")
     assert [(d["dataset"], d["filename"], d["chunks"]) for d in docs] == [
