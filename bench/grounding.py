@@ -373,11 +373,12 @@ def main(argv: list[str] | None = None) -> int:
                 + " / ".join(f"{x:.3f}" for x in q)
             )
         chosen = (cal["weight"], cal["grounded_above"], cal["ungrounded_below"])
+        limited = bool(args.train_limit or args.limit)  # a slice of train is a try-out, not the calibration
         print(
             f"\nChosen on train: GROUNDING_SIM_WEIGHT={chosen[0]} GROUNDED_ABOVE={chosen[1]} "
             f"UNGROUNDED_BELOW={chosen[2]}; shipped in rag_worker/settings.py: GROUNDING_SIM_WEIGHT={shipped[0]} "
             f"GROUNDED_ABOVE={shipped[1]} UNGROUNDED_BELOW={shipped[2]} "
-            f"({'the same' if chosen == shipped else 'DIFFERENT: update the defaults'})  "
+            f"({'the same' if chosen == shipped else 'different' + ('' if limited else ': update the defaults')})  "
             f"({time.monotonic() - started:.0f} s)",
             flush=True,
         )
