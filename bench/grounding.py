@@ -1,7 +1,13 @@
 """How well the grounding check and the extractive answer work, measured on SciFact claims and gold abstracts.
 
-    .venv/bin/python -m bench.grounding                # test split, with the worker's thresholds
-    .venv/bin/python -m bench.grounding --calibrate    # train split: choose the weight and the thresholds
+    .venv/bin/python -m bench.grounding                # both: choose on all train claims, report on all test claims
+    .venv/bin/python -m bench.grounding --split train  # (or --calibrate) train only: choose weight and thresholds
+    .venv/bin/python -m bench.grounding --split test   # test only, with the worker's shipped thresholds
+
+The default run is the calibration the worker ships: the weight and the thresholds are chosen on SciFact train
+claims only, then the test claims are checked with exactly those (and, when they differ, with the thresholds in
+rag_worker/settings.py as well); the test split never feeds a choice. `--train-limit` / `--test-limit` take the
+first N claims of a split.
 
 Each claim with a SUPPORT-labelled gold abstract gives three "answer sentences" checked against that abstract
 (the passage the model read), through the real `grounding.check`:
@@ -266,57 +272,33 @@ def precision_recall(labels: dict[str, Counter], negative: str):
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calibrate", action="store_true", help="train split: choose weight and thresholds")
-    parser.add_argument("--limit", type=int, default=None, help="at most this many claims")
-    parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--weight", type=float, default=None, help="--calibrate: fix the similarity weight")
-    args = parser.parse_args(argv)
-    if not (SCIFACT / "corpus.jsonl").is_file():
-        print(f"SciFact not found at {SCIFACT} (the shared eval folder)", file=sys.stderr)
-        return 2
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from rag_worker.settings import Settings
+def prefetch(turn, exs, cases, texts, tfidf, extractive_cases: int | None) -> None:
+    """Embed every sentence the run will need in a few large batches (the checks then find them in the turn)."""
+    from rag_worker.pipeline.grounding import passage_sentences
 
-    settings = Settings()
-    split = "train" if args.calibrate else "test"
+    wanted: dict[str, None] = {}
+    for _, sentence, passages, _ in exs:
+        wanted[sentence] = None
+        for ref, text in passages.items():
+            wanted.update((p.text, None) for p in passage_sentences(ref, text))
+    for c in cases[:extractive_cases]:
+        for d in c["gold"] + tfidf.top(c["claim"], 4, set(c["gold"])):
+            wanted.update((p.text, None) for p in passage_sentences("x", texts[d], prose_only=True))
+    todo = [t for t in wanted if t not in turn._vectors]
     started = time.monotonic()
-    cases, texts = load(split)
-    cases = cases[: args.limit]
-    tfidf = Tfidf(texts)
-    rng = random.Random(args.seed)
-    turn = make_turn(settings)
-    load_vectors(turn)
-    exs = examples(cases, texts, tfidf, rng)
-    counts = Counter(e[0] for e in exs)
-    print(f"SciFact {split}: {len(cases)} claims; examples {dict(counts)}", file=sys.stderr, flush=True)
-    print(f"Machine: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs")
-    if args.calibrate:
-        cal = calibrate(turn, exs, args.weight)
-        save_vectors(turn)
-        print(f"\nSciFact train, {len(cases)} claims, {dict(counts)}\n")
-        print("| similarity weight | AUC supporting vs near miss | AUC supporting vs unrelated |")
-        print("|---:|---:|---:|")
-        for w, a1, a2 in cal["table"]:
-            print(f"| {w:.1f} | {a1:.3f} | {a2:.3f} |")
-        for kind, vals in cal["scores"].items():
-            q = np.percentile(vals, [5, 25, 50, 75, 95]) if vals else []
-            print(
-                f"\n{kind} (weight {cal['weight']}): p5/p25/p50/p75/p95 = "
-                + " / ".join(f"{x:.3f}" for x in q)
-            )
+    for at in range(0, len(todo), 2048):
+        turn.embed_texts(todo[at : at + 2048])
+        save_vectors(turn)  # a run stopped half-way keeps what it embedded
         print(
-            f"\nChosen: GROUNDING_SIM_WEIGHT={cal['weight']} GROUNDED_ABOVE={cal['grounded_above']} "
-            f"UNGROUNDED_BELOW={cal['ungrounded_below']}  ({time.monotonic() - started:.0f} s)"
+            f"  embedded {min(at + 2048, len(todo))}/{len(todo)} sentences ({time.monotonic() - started:.0f} s)",
+            file=sys.stderr,
+            flush=True,
         )
-        return 0
-    print(
-        f"\nSciFact test, {len(cases)} claims; thresholds GROUNDED_ABOVE={settings.grounded_above} "
-        f"UNGROUNDED_BELOW={settings.ungrounded_below} weight {settings.grounding_sim_weight}\n"
-    )
-    labels, first_gold, n_ex = evaluate(turn, exs, cases, texts, tfidf, args.limit)
-    save_vectors(turn)
+
+
+def report_test(turn, exs, cases, texts, tfidf, extractive_cases: int | None, label: str) -> None:
+    labels, first_gold, n_ex = evaluate(turn, exs, cases, texts, tfidf, extractive_cases)
+    print(f"\n{label}\n")
     print("| answer sentence | n | supported | weak | unsupported |")
     print("|---|---:|---:|---:|---:|")
     for kind in ("supporting", "contradicted", "unrelated", "near miss"):
@@ -334,8 +316,102 @@ def main(argv: list[str] | None = None) -> int:
         for lab, (p, r) in precision_recall(labels, negative).items():
             print(f"| {negative} | {lab} | {p:.3f} | {r:.3f} |")
     print(
-        f"\nExtractive answer, first quote from a gold abstract: {first_gold}/{n_ex} = {first_gold / max(n_ex, 1):.1%} "
-        f"(gold + 4 tf-idf-nearest distractor abstracts)  ({time.monotonic() - started:.0f} s)"
+        f"\nExtractive answer, first quote from a gold abstract: {first_gold}/{n_ex} = "
+        f"{first_gold / max(n_ex, 1):.1%} (gold + 4 tf-idf-nearest distractor abstracts)",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--split", choices=("both", "train", "test"), default="both")
+    parser.add_argument("--calibrate", action="store_true", help="the same as --split train")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many claims of each split")
+    parser.add_argument("--train-limit", type=int, default=None, help="at most this many train claims")
+    parser.add_argument("--test-limit", type=int, default=None, help="at most this many test claims")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--weight", type=float, default=None, help="calibration: fix the similarity weight")
+    args = parser.parse_args(argv)
+    split = "train" if args.calibrate else args.split
+    if not (SCIFACT / "corpus.jsonl").is_file():
+        print(f"SciFact not found at {SCIFACT} (the shared eval folder)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from rag_worker.settings import Settings
+
+    settings = Settings()
+    started = time.monotonic()
+    load1 = os.getloadavg()[0]
+    print(
+        f"Machine: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"load average {load1:.1f} at the start"
+    )
+    turn = make_turn(settings)
+    load_vectors(turn)
+    shipped = (settings.grounding_sim_weight, settings.grounded_above, settings.ungrounded_below)
+    chosen = None
+    tfidf = None
+    if split in ("both", "train"):
+        cases, texts = load("train")
+        cases = cases[: args.train_limit or args.limit]
+        tfidf = Tfidf(texts)
+        exs = examples(cases, texts, tfidf, random.Random(args.seed))
+        counts = Counter(e[0] for e in exs)
+        print(f"SciFact train: {len(cases)} claims; examples {dict(counts)}", file=sys.stderr, flush=True)
+        prefetch(turn, exs, cases, texts, tfidf, 0)
+        cal = calibrate(turn, exs, args.weight)
+        print(f"\nCalibration on SciFact train, {len(cases)} claims, {dict(counts)}\n")
+        print("| similarity weight | AUC supporting vs near miss | AUC supporting vs unrelated |")
+        print("|---:|---:|---:|")
+        for w, a1, a2 in cal["table"]:
+            mark = " ← chosen" if abs(w - cal["weight"]) < 1e-9 else ""
+            print(f"| {w:.1f}{mark} | {a1:.3f} | {a2:.3f} |")
+        for kind, vals in cal["scores"].items():
+            q = np.percentile(vals, [5, 25, 50, 75, 95]) if vals else []
+            print(
+                f"\n{kind} (weight {cal['weight']}): p5/p25/p50/p75/p95 = "
+                + " / ".join(f"{x:.3f}" for x in q)
+            )
+        chosen = (cal["weight"], cal["grounded_above"], cal["ungrounded_below"])
+        limited = bool(args.train_limit or args.limit)  # a slice of train is a try-out, not the calibration
+        print(
+            f"\nChosen on train: GROUNDING_SIM_WEIGHT={chosen[0]} GROUNDED_ABOVE={chosen[1]} "
+            f"UNGROUNDED_BELOW={chosen[2]}; shipped in rag_worker/settings.py: GROUNDING_SIM_WEIGHT={shipped[0]} "
+            f"GROUNDED_ABOVE={shipped[1]} UNGROUNDED_BELOW={shipped[2]} "
+            f"({'the same' if chosen == shipped else 'different' + ('' if limited else ': update the defaults')})  "
+            f"({time.monotonic() - started:.0f} s)",
+            flush=True,
+        )
+    if split in ("both", "test"):
+        cases, texts = load("test")
+        cases = cases[: args.test_limit or args.limit]
+        tfidf = tfidf or Tfidf(texts)
+        exs = examples(cases, texts, tfidf, random.Random(args.seed))
+        counts = Counter(e[0] for e in exs)
+        print(f"SciFact test: {len(cases)} claims; examples {dict(counts)}", file=sys.stderr, flush=True)
+        prefetch(turn, exs, cases, texts, tfidf, None)
+        runs = [(chosen, "the thresholds chosen on train")] if chosen else []
+        if chosen != shipped:
+            runs.append((shipped, "the thresholds shipped in rag_worker/settings.py"))
+        for (w, above, below), what in runs:
+            settings.grounding_sim_weight, settings.grounded_above, settings.ungrounded_below = (
+                w,
+                above,
+                below,
+            )
+            report_test(
+                turn,
+                exs,
+                cases,
+                texts,
+                tfidf,
+                None,
+                f"SciFact test, {len(cases)} claims, with {what}: GROUNDING_SIM_WEIGHT={w} "
+                f"GROUNDED_ABOVE={above} UNGROUNDED_BELOW={below}",
+            )
+    print(
+        f"\nTotal {time.monotonic() - started:.0f} s; load average {load1:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end"
     )
     return 0
 

@@ -5,7 +5,7 @@ Each answer sentence (citations kept aside) is scored against every sentence of 
 content words found in that passage sentence and its neighbours (a quote scores ~1 on both, a paraphrase on the
 similarity, a copied list of names on the overlap). The best passage sentence gives the label (`supported` at or
 above GROUNDED_ABOVE, `weak` at or above UNGROUNDED_BELOW, else `unsupported`), the supporting passage and the
-character span inside it. Thresholds and weight are calibrated on SciFact train (bench/grounding.py --calibrate,
+character span inside it. Thresholds and weight are calibrated on SciFact train (`python -m bench.grounding`,
 docs/benchmarks.md "Grounding").
 
 Citations are checked on the way: a sentence whose cited sources do not back it, while another source does, gets

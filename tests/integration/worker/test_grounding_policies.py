@@ -105,3 +105,52 @@ def test_extractive_answer_mode_quotes_without_calling_the_model(worker, fake_ol
 def test_bad_grounding_options_are_a_400_naming_the_field(worker, options, field):
     r = httpx.post(worker.url + "/chat", json={"prompt": QUESTION, "index": "corpus", "options": options})
     assert r.status_code == 400 and r.json()["field"] == field, r.text
+
+
+# A question on the corpus's topic that its documents can't answer (they say nothing of tickets or prices):
+# retrieval finds the Eiffel passages, and the model makes an answer up.
+UNANSWERABLE = "How much does a ticket to the top of the Eiffel Tower cost?"
+MADE_UP = (
+    "A ticket to the top costs 29 euros and is sold at the south pillar [S1]. "
+    "Children under four go up for free on weekdays [S1]."
+)
+
+
+def making_up(model: str, messages: list[dict], request: dict) -> str:
+    if any("answer yes or no" in str(m.get("content") or "").lower() for m in messages):
+        return default_responder(model, messages, request)
+    return MADE_UP
+
+
+def unanswerable_turn(worker, **options):
+    body = {"prompt": UNANSWERABLE, "index": "corpus", "options": {"route": "rag", **options}}
+    status, events = post_events(worker.url + "/chat_stream", body)
+    assert status == 200, events
+    assert events[-1][0] == "done", events[-1]
+    return events[-1][1]
+
+
+def test_an_unanswerable_question_forced_through_retrieval_is_quoted_with_a_caveat(worker, fake_ollama):
+    fake_ollama.responder = making_up
+    done = unanswerable_turn(worker, grounding="extract")
+    assert done["documents"], "retrieval found passages: the check, not abstention, must catch the invention"
+    assert "29 euros" not in done["reply"] and "free" not in done["reply"]
+    assert done["reply"].startswith(DEFAULTS["extract_caveat"]) and "From eiffel.md:" in done["reply"]
+    assert done["flags"]["grounding"] == "extracted" and done["grounding"]["draft"]["supported_share"] == 0.0
+
+
+def test_an_unanswerable_question_forced_through_retrieval_is_refused(worker, fake_ollama):
+    fake_ollama.responder = making_up
+    done = unanswerable_turn(worker, grounding="refuse")
+    assert done["abstained"] is True and done["reply"] == DEFAULTS["ungrounded"]
+    assert done["flags"]["grounding"] == "refused" and done["citations"] == []
+
+
+def test_an_invented_answer_under_the_ollama_default_is_marked_not_passed_off(worker, fake_ollama):
+    # Ollama's default policy is `flag`: the made-up answer stays, but every sentence is marked unsupported and
+    # the flags say so (the web strikes them through under a banner).
+    fake_ollama.responder = making_up
+    done = unanswerable_turn(worker)
+    g = done["grounding"]
+    assert g["policy"] == "flag" and g["action"] == "flagged" and done["flags"]["grounding"] == "flagged"
+    assert g["supported"] == 0 and all(s["label"] != "supported" for s in g["sentences"]), g

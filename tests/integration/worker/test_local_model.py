@@ -42,3 +42,29 @@ def test_embedded_model_streams_a_grounded_answer(local_worker):
     assert len(tokens) > 3 and done["model"] == "SmolLM2-135M-Instruct"
     assert done["documents"][0]["filename"] == "eiffel.md"
     assert "330" in done["reply"], done["reply"]
+
+
+def test_embedded_model_on_an_unanswerable_question_quotes_with_a_caveat_or_refuses(local_worker):
+    # The corpus has the Eiffel Tower's height, place and builder, nothing on tickets: retrieval finds the passage,
+    # and whatever the tiny model drafts must not reach the user as an answer (the embedded default: `extract`).
+    from rag_worker.pipeline.prompts import DEFAULTS
+
+    body = {
+        "prompt": "How much does a ticket to the top of the Eiffel Tower cost?",
+        "index": "corpus",
+        "options": {"route": "rag"},
+    }
+    status, events = post_events(local_worker.url + "/chat_stream", body, timeout=900)
+    assert status == 200 and events[-1][0] == "done", events[-1]
+    done = events[-1][1]
+    draft = "".join(d["token"] for e, d in events if e == "token")
+    print(f"\ndraft: {draft!r}\nreply: {done['reply']!r}\nflags: {done['flags']}")
+    assert done["documents"] and done["model"] == "SmolLM2-135M-Instruct"
+    g = done["grounding"]
+    assert g["policy"] == "extract" and done["flags"]["grounding"] == g["action"]
+    if g["action"] == "refused":
+        assert done["abstained"] is True and done["reply"] == DEFAULTS["ungrounded"]
+    else:
+        assert g["action"] == "extracted", (g["action"], done["reply"])
+        assert done["reply"].startswith(DEFAULTS["extract_caveat"]) and "From eiffel.md:" in done["reply"]
+        assert g["supported_share"] == 1.0 and g["draft"]["supported_share"] < 0.8
