@@ -38,3 +38,22 @@ def pytest_runtest_call(item):
         if (path := _missing_shared_file(exc)) is None:
             raise
         pytest.skip(shared_absent_reason(path))
+
+
+def _heavy(item: pytest.Item) -> bool:
+    """A test that takes minutes: an embedded-model run, a browser story, or one given a longer timeout."""
+    if item.get_closest_marker("slow") or item.get_closest_marker("e2e"):
+        return True
+    timeout = item.get_closest_marker("timeout")
+    return bool(timeout and timeout.args and timeout.args[0] > 300)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files holding heavy tests first, each file's own order kept.
+
+    scripts/test.sh runs the suite in parallel, one file per process at a time in collection order
+    (`--dist loadfile --no-loadscope-reorder`); starting the long files first keeps one of them from being
+    the last thing running on a single process while the others sit idle. A serial run is only reordered.
+    """
+    heavy_files = {item.path for item in items if _heavy(item)}
+    items.sort(key=lambda item: item.path not in heavy_files)  # stable: the order within a file is kept
