@@ -21,4 +21,7 @@ if [ -z "${TEST_DATABASE_URL:-}" ]; then
   fi
 fi
 
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# In parallel (pytest-xdist): most of the suite waits on server start-ups and subprocesses, so more processes
+# than cores pay off on CI's two. One test file per process at a time (--dist loadfile): a module's servers
+# start once; files with slow tests go first (tests/conftest.py). TEST_WORKERS=0 (or `-n 0`) runs it serially.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"

@@ -38,3 +38,36 @@ def pytest_runtest_call(item):
         if (path := _missing_shared_file(exc)) is None:
             raise
         pytest.skip(shared_absent_reason(path))
+
+
+def _timeout(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("timeout")
+    return float(marker.args[0]) if marker and marker.args else 300.0  # pyproject.toml's default
+
+
+def _heavy(item: pytest.Item) -> bool:
+    """A test that takes minutes: an embedded-model run, a browser story, or one given a longer timeout."""
+    return bool(item.get_closest_marker("slow") or item.get_closest_marker("e2e")) or _timeout(item) > 300
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files holding heavy tests first (the longest timeout first), then the other files that start servers,
+    unit tests last; each file's own order kept.
+
+    scripts/test.sh runs the suite in parallel, one file per process at a time in collection order
+    (`--dist loadfile --no-loadscope-reorder`); starting the long files first keeps one of them from being
+    the last thing running on a single process while the others sit idle, and the many short unit files fill
+    the gaps at the end. A serial run is only reordered.
+    """
+    heavy: dict[Path, float] = {}  # file -> its longest test timeout: the longest-running files start first
+    for item in items:
+        if _heavy(item):
+            heavy[item.path] = max(heavy.get(item.path, 0.0), _timeout(item))
+    unit = Path(__file__).parent / "unit"
+
+    def rank(item: pytest.Item) -> tuple[int, float]:
+        if item.path in heavy:
+            return 0, -heavy[item.path]
+        return (2 if unit in item.path.parents else 1), 0.0
+
+    items.sort(key=rank)  # stable: the order within a file is kept

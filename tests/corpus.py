@@ -7,8 +7,11 @@ fixtures".
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -84,6 +87,28 @@ def build_corpus_index(index_store: Path, index: str) -> int:
                 }
             )
     return services.store.add_chunks(index, rows)
+
+
+def corpus_copy(tmp_path_factory, name: str) -> Path:
+    """A new folder (under pytest's tmp) whose index_store holds the corpus in the index `corpus`.
+
+    The corpus is embedded once per test run and copied: under pytest-xdist the worker processes share one
+    build (a file lock makes the others wait for the first) rather than each loading the embedder for it.
+    Each copy is the caller's own, so a test may add to it or drop from it.
+    """
+    root = tmp_path_factory.mktemp(name)
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's, across its workers
+    built = shared / "corpus-built"
+    with open(shared / "corpus-built.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (built / "index_store").is_dir():
+            building = shared / "corpus-building"
+            shutil.rmtree(building, ignore_errors=True)
+            build_corpus_index(building / "index_store", "corpus")
+            building.rename(built)  # whole or not at all, should a build fail half-way
+    shutil.copytree(built / "index_store", root / "index_store")
+    return root
 
 
 class OtherEmbedder:

@@ -39,10 +39,9 @@ def schemathesis(schema_url: str, config: Path, tmp: Path, *extra: str) -> subpr
 
 @pytest.fixture(scope="module")
 def fuzzed_worker(tmp_path_factory):
-    from tests.corpus import build_corpus_index
+    from tests.corpus import corpus_copy
 
-    root = tmp_path_factory.mktemp("fuzzed")  # its own store: the fuzzer may drop or fill indexes
-    build_corpus_index(root / "index_store", "corpus")
+    root = corpus_copy(tmp_path_factory, "fuzzed")  # its own store: the fuzzer may drop or fill indexes
     with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake:
         env = {"OLLAMA_HOST": fake.url, "WORKER_API_KEY": KEY, **OLLAMA_ENV}
         with worker_process(root, env=env) as proc:

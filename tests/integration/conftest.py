@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.corpus import build_corpus_index
+from tests.corpus import corpus_copy
 from tests.ollama_server import FakeOllama
 from tests.servers import worker_process
 
@@ -32,9 +32,7 @@ def fake_ollama(fake_ollama_server):
 @pytest.fixture(scope="session")
 def corpus_root(tmp_path_factory):
     """An index store holding the test corpus in the index `corpus` (real LanceDB, real embeddings)."""
-    root = tmp_path_factory.mktemp("worker")
-    build_corpus_index(root / "index_store", "corpus")
-    return root
+    return corpus_copy(tmp_path_factory, "worker")
 
 
 @pytest.fixture(scope="session")

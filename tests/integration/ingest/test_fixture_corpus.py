@@ -18,7 +18,12 @@ from tests.servers import SHARED, needs_shared
 
 DOCLING = SHARED / "fixtures" / "docling"
 PYPDF = SHARED / "fixtures" / "py-pdf-sample-files"
-pytestmark = needs_shared("fixtures")
+pytestmark = [
+    needs_shared("fixtures"),
+    # Converting and embedding every shared fixture (the module's setup, counted in its first test): minutes on
+    # two cores, more while the rest of the suite runs beside it (scripts/test.sh runs it in parallel).
+    pytest.mark.timeout(1200),
+]
 REFUSED = {"libreoffice-writer-password.pdf": "encrypted"}
 # Latin-script words: pdfium's text of the Arabic sample is mojibake around the one Latin word it holds.
 WORD = re.compile(r"[A-Za-zÀ-ÖØ-öø-ÿ]{5,}")
