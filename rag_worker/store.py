@@ -356,8 +356,9 @@ class Store:
     # -- bulk writes from other processes (the Ray engine writes Lance fragments into the table's folder) -----
 
     def ensure_table(self, index: str) -> None:
-        """Create the index's table (schema, embedder marker, FTS index) when it does not exist yet."""
-        check_name(index, "index")
+        """Create the index's table (schema, embedder marker, FTS index) when it does not exist yet (also a
+        rebuild's new table, `<index>.<hex>`)."""
+        check_table(index)
         self._writable(index)
 
     def table_uri(self, index: str) -> str:
