@@ -3,7 +3,8 @@
 Facts this module relies on (verified against lancedb 0.40 by tests/unit/test_store.py):
 - the native FTS index finds rows added after it was built and drops deleted rows without a rebuild (unindexed
   rows are searched exhaustively); `optimize()` folds them into the index and compacts small fragments, so it
-  runs after every write (tens of milliseconds on 20k rows);
+  runs after every write (tens of milliseconds on 20k rows), except that a folder run does it every
+  `pipeline.COMPACT_ROWS` rows and at its end (each one left ~2 MB resident, bench/ingest_memory.py);
 - pyarrow schema metadata given at `create_table` survives adds, merges, deletes and `optimize`, so the embedder
   marker lives on the table itself, no sidecar file;
 - `merge_insert(...).when_not_matched_by_source_delete(...)` replaces a document's rows in one commit: a reader
@@ -289,11 +290,15 @@ class Store:
         return data.num_rows, removed
 
     def replace_documents(
-        self, index: str, documents: list[tuple[str, str, list[dict]]]
+        self, index: str, documents: list[tuple[str, str, list[dict]]], *, compact: bool = True
     ) -> list[tuple[int, int]]:
         """Swap the chunks of several documents [(dataset, filename, rows)], all in one commit: each document is
         written whole or not at all, and a batch costs one merge-insert and one compaction instead of one per
-        document. Returns (added, removed) per document, in order."""
+        document. Returns (added, removed) per document, in order.
+
+        `compact=False` leaves the housekeeping (`optimize`: FTS index update, compaction; the ANN index) to a
+        later write or an explicit `optimize`: a long folder run does it every so many rows and at its end.
+        Searches stay complete meanwhile: rows not yet in the FTS index are searched exhaustively."""
         check_table(index)
         keys: list[tuple[str, str]] = []
         all_rows: list[dict] = []
@@ -315,7 +320,7 @@ class Store:
         table = self._writable(index)
         digests = [doc_key(d, f) for d, f in keys]
         where = "doc_key IN (" + ", ".join(f"'{d}'" for d in digests) + ")"
-        before = offload(self._upsert_counted, table, data, where)
+        before = offload(self._upsert_counted, table, data, where, compact)
         return [
             (len(rows), before.get(digest, 0))
             for (_, _, rows), digest in zip(documents, digests, strict=True)
@@ -351,8 +356,9 @@ class Store:
     # -- bulk writes from other processes (the Ray engine writes Lance fragments into the table's folder) -----
 
     def ensure_table(self, index: str) -> None:
-        """Create the index's table (schema, embedder marker, FTS index) when it does not exist yet."""
-        check_name(index, "index")
+        """Create the index's table (schema, embedder marker, FTS index) when it does not exist yet (also a
+        rebuild's new table, `<index>.<hex>`)."""
+        check_table(index)
         self._writable(index)
 
     def table_uri(self, index: str) -> str:
@@ -365,7 +371,8 @@ class Store:
         self._check_marker(index, offload(self._read_marker, table))
         if fragments:
             offload(self._commit_fragments, table, list(fragments))
-            offload(self._maybe_build_ann, table)
+            # The same housekeeping as after the local engine's writes (compaction, FTS, ANN past its size).
+            offload(self._after_write, table)
 
     def remove_superseded(self, index: str, documents: Sequence[tuple[str, str, str]]) -> int:
         """Delete the rows of each (dataset, filename) whose document_id is not the given (newer) one."""
@@ -401,11 +408,11 @@ class Store:
                     raise
                 time.sleep(delay)
                 delay *= 2
-        Store._optimize(table)
 
     def optimize(self, index: str) -> None:
-        """Fold recent writes into the FTS index and compact fragments (done after every write already)."""
-        offload(self._optimize, self._require(index))
+        """Fold recent writes into the FTS index and compact fragments (done after every write already, unless
+        the write said `compact=False`), and build the ANN index once the table is large enough."""
+        offload(self._after_write, self._require(index))
 
     # -- rebuilds: a new table, swapped in when complete ------------------------------------------------------
 
@@ -797,7 +804,13 @@ class Store:
         return pa.table(columns, schema=schema)
 
     def _upsert(
-        self, table: LanceTable, data: pa.Table, replace_where: str | None, *, count: bool = True
+        self,
+        table: LanceTable,
+        data: pa.Table,
+        replace_where: str | None,
+        *,
+        count: bool = True,
+        compact: bool = True,
     ) -> int:
         """One commit: rows matched by id are updated, new ones inserted, and (when replacing) the document's
         rows that are not in `data` deleted. Returns how many rows the document had before."""
@@ -810,16 +823,19 @@ class Store:
             builder.execute(data)
 
         _retry_conflicts(commit, f"writing to {table.name}")
-        self._after_write(table)
+        if compact:
+            self._after_write(table)
         return removed
 
-    def _upsert_counted(self, table: LanceTable, data: pa.Table, replace_where: str) -> dict[str, int]:
+    def _upsert_counted(
+        self, table: LanceTable, data: pa.Table, replace_where: str, compact: bool = True
+    ) -> dict[str, int]:
         """`_upsert` for a batch: the rows each doc_key had before, {doc_key: count}."""
         before = self._scan_arrow(table, replace_where, ["doc_key"]).column("doc_key").to_pylist()
         counts: dict[str, int] = {}
         for key in before:
             counts[key] = counts.get(key, 0) + 1
-        self._upsert(table, data, replace_where, count=False)
+        self._upsert(table, data, replace_where, count=False, compact=compact)
         return counts
 
     def _delete(self, table: LanceTable, where: str) -> int:

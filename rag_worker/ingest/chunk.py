@@ -9,7 +9,9 @@ indexes) and `embed_text` (headings + text, Docling's `contextualize`), which is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
+import semchunk
 from docling_core.transforms.chunker.hierarchical_chunker import (
     ChunkingDocSerializer,
     ChunkingSerializerProvider,
@@ -17,7 +19,8 @@ from docling_core.transforms.chunker.hierarchical_chunker import (
 from docling_core.transforms.chunker.hybrid_chunker import HybridChunker
 from docling_core.transforms.chunker.tokenizer.huggingface import HuggingFaceTokenizer
 from docling_core.transforms.serializer.markdown import MarkdownTableSerializer
-from docling_core.types.doc import DoclingDocument
+from docling_core.types.doc import DoclingDocument, TableItem
+from pydantic import PrivateAttr
 
 
 @dataclass
@@ -38,11 +41,44 @@ class _MarkdownTables(ChunkingSerializerProvider):
         return ChunkingDocSerializer(doc=doc, table_serializer=MarkdownTableSerializer())
 
 
+class _HybridChunker(HybridChunker):
+    """Docling's HybridChunker, splitting oversized text the same way (semchunk, the same token counter and
+    longest-token bound) without what its `segment` does per call: `semchunk.chunkerify(tokenizer)` reads the
+    whole vocabulary to find the longest token (~40 ms, every oversized chunk) and registers a new memoised
+    counter in a module-level dict whose unbounded cache keeps every piece of text ever counted, so indexing
+    memory grew with each split document. Here the bound is computed once and the cache lives for one call."""
+
+    _longest_token: int | None = PrivateAttr(default=None)
+
+    def segment(self, doc_chunk, available_length, doc_serializer):
+        items = doc_chunk.meta.doc_items
+        if (
+            self.repeat_table_header
+            and isinstance(doc_serializer, ChunkingDocSerializer)
+            and len(items) == 1
+            and isinstance(items[0], TableItem)
+        ):
+            return super().segment(doc_chunk, available_length, doc_serializer)  # tables: line by line
+        tokenizer = self.tokenizer.get_tokenizer()
+        if self._longest_token is None:
+            self._longest_token = max(len(token) for token in tokenizer.get_vocab())
+        longest = self._longest_token
+
+        @lru_cache(maxsize=4096)
+        def count(text: str) -> int:
+            return len(tokenizer.encode(text, add_special_tokens=False))
+
+        split = semchunk.chunkerify(
+            count, chunk_size=available_length, max_token_chars=longest, memoize=False
+        )
+        return list(split(doc_chunk.text))
+
+
 class Chunker:
     def __init__(self, tokenizer, max_tokens: int = 256):
         """`tokenizer`: a Hugging Face tokenizer (the embedder's). `max_tokens`: the budget per chunk."""
         self.max_tokens = max_tokens
-        self._chunker = HybridChunker(
+        self._chunker = _HybridChunker(
             tokenizer=HuggingFaceTokenizer(tokenizer=tokenizer, max_tokens=max_tokens),
             serializer_provider=_MarkdownTables(),
             merge_peers=True,

@@ -116,4 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             bar.close()
         print(f"error: {err.message}", file=sys.stderr)
         return 2
+    except ConnectionError as err:  # Ray: the cluster cannot be reached, or refused the driver's token
+        if bar is not None:
+            bar.close()
+        print(f"error: cannot use the Ray cluster: {err}", file=sys.stderr)
+        return 2
     return 0

@@ -35,6 +35,7 @@ from .chunk import Chunk, Chunker
 from .convert import Converted, IsolatedConverter
 from .formats import IngestError, is_supported, kind_of
 from .limits import Limits
+from .memory import release_free_memory
 from .ocr import ocr_options
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -320,10 +321,13 @@ def write_prepared(services: Services, index: str, prepared: Prepared, vectors) 
     return write_batch(services, index, [(prepared, vectors)])[0]
 
 
-def write_batch(services: Services, index: str, items: list[tuple[Prepared, object]]) -> list[IngestResult]:
+def write_batch(
+    services: Services, index: str, items: list[tuple[Prepared, object]], *, compact: bool = True
+) -> list[IngestResult]:
     """Write several prepared files [(prepared, vectors)] in one commit, replacing their names' old rows: each
     file is in the index whole or not at all, and a crash loses at most this batch. Originals are moved into
-    place and the overviews written (one rewrite of the overview file) under the same write lock."""
+    place and the overviews written (one rewrite of the overview file) under the same write lock.
+    `compact=False`: the store's housekeeping after the commit is left to the caller (`Store.optimize`)."""
     now = datetime.now(UTC).isoformat(timespec="seconds")
     documents = []
     entries = []
@@ -345,7 +349,7 @@ def write_batch(services: Services, index: str, items: list[tuple[Prepared, obje
         )
     store = services.store
     with services.index_lock(index):
-        counts = store.replace_documents(index, documents)
+        counts = store.replace_documents(index, documents, compact=compact)
         for (prepared, _), entry in zip(items, entries, strict=True):
             if prepared.keep_at is not None:
                 _keep(prepared.path, prepared.keep_at)
@@ -552,6 +556,18 @@ def _index_files(
     # Small files are embedded together: one forward pass over many chunks is several times faster per chunk
     # than one pass per two-chunk file (bench/ingest_throughput.py).
     flush_at = max(1, services.embedder.batch_size) * 4
+    # Rows committed since the table was last compacted (`Store.optimize`), which happens every COMPACT_ROWS and
+    # once at the end instead of after every batch: each compaction left ~2 MB resident (Lance), which made
+    # memory grow with the run (bench/ingest_memory.py). A run that stops before its end leaves the FTS index
+    # behind by at most COMPACT_ROWS rows, which searches still find (exhaustively) and the next write folds in.
+    uncompacted = 0
+
+    def compact() -> None:
+        nonlocal uncompacted
+        if uncompacted:
+            with services.index_lock(target):
+                services.store.optimize(target)
+            uncompacted = 0
 
     def flush() -> Iterator[Progress]:
         batch = list(pending)
@@ -576,8 +592,9 @@ def _index_files(
             items.append((prep, vectors[offset : offset + len(prep.chunks)]))
             offset += len(prep.chunks)
             yield Progress(label, run.finished, run.total, "writing", prep.dataset)
+        nonlocal uncompacted
         try:
-            results = write_batch(services, target, items)  # the whole batch in one commit
+            results = write_batch(services, target, items, compact=False)  # the whole batch in one commit
         except ApiError as err:
             if err.code == "embedder_mismatch":
                 raise
@@ -585,6 +602,11 @@ def _index_files(
         except Exception:
             log.exception("writing a batch of %d files failed; writing them one by one", len(batch))
             results = None
+        if results is not None:
+            uncompacted += len(texts)
+            if uncompacted >= COMPACT_ROWS:
+                compact()
+        release_free_memory()  # resident memory stays flat over long runs (rag_worker/ingest/memory.py)
         if results is not None:
             for (label, _), result in zip(batch, results, strict=True):
                 yield run.finish(label, result)
@@ -645,6 +667,7 @@ def _index_files(
         if sum(len(p.chunks) for _, p in pending) >= flush_at:
             yield from flush()
     yield from flush()
+    compact()
 
 
 def index_folder(
@@ -804,6 +827,8 @@ def _carry_over(services: Services, index: str, staged: str, keys: list[tuple[st
 
 
 CARRY_BATCH = 200
+# A folder run compacts its table (FTS index update, fragments) after this many rows, and at its end.
+COMPACT_ROWS = 20_000
 
 
 def _embedded_again(services: Services, rows):

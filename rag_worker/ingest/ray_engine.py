@@ -10,7 +10,8 @@ the written fragments with one Lance `Append` per group of files (`RAY_COMMIT_FI
 the group in flight and never leaves half a document: a document's rows are in one fragment, and a fragment
 is visible only once its commit lands. A document whose bytes changed keeps its old rows until its new ones
 are committed; they are deleted right after, in one delete per group. A re-run skips documents whose bytes are
-already indexed under their name, as the local path does.
+already indexed under their name, as the local path does. `--rebuild` builds into a new table and swaps it in
+when complete, as the local path does (`pipeline._rebuild`): a rebuild that fails leaves the index as it was.
 
 Like the local path, a spreadsheet's sheets become SQL tables of the index (rag_worker/tables.py: the actor reads
 them, the driver writes them with the commit, in the folder's file order, under the index's write lock), and an
@@ -44,14 +45,17 @@ from ..errors import ApiError
 from ..names import check_name
 from . import attachments, overviews
 from .formats import IngestError, is_supported
+from .memory import release_free_memory
 from .pipeline import (
     DEFAULT_DATASET,
     BatchDone,
     IngestResult,
     Prepared,
     Progress,
+    _Run,
+    _served,
+    _settle,
     document_rows,
-    drop_index,
     file_sha256,
     folder_files,
     prepare_steps,
@@ -114,6 +118,7 @@ class _Preparer:
         with tempfile.TemporaryDirectory(prefix="rag-ray-") as scratch:  # attachments' bytes, until written
             self._prepare_batch(batch, out, Path(scratch), lance)
         out["node"] = [self.node] * len(out["label"])
+        release_free_memory()  # as the local engine does after each batch
         return out
 
     def _prepare_batch(self, batch: dict, out: dict, scratch: Path, lance) -> None:
@@ -303,28 +308,108 @@ def index_folder_ray(
     Progress is aggregated: one event per file when its result arrives (indexed, unchanged or failed), plus a
     `writing` event per commit. `nodes_seen` (optional) collects the ids of the nodes whose actors wrote rows.
     """
-    import lance
-
     check_name(index, "index")
     folder = Path(folder)
     if not folder.is_dir():
         raise IngestError("not_found", f"folder {folder} does not exist", field="folder")
     started = time.monotonic()
-    store = services.store
+    options = {
+        "address": address,
+        "cpus_per_worker": cpus_per_worker,
+        "files_per_batch": files_per_batch,
+        "commit_files": commit_files,
+        "nodes_seen": nodes_seen,
+    }
     if rebuild:
-        drop_index(services, index)
-    elif store.exists(index):
+        with services.rebuild_guard(index):
+            yield from _rebuild(services, index, folder, prune, started, options)
+        return
+    store = services.store
+    if store.exists(index):
         store.check_compatible(index)
+    run = yield from _index_files(services, index, folder, **options)
 
+    removed = 0
+    if prune and store.exists(index):
+        from .pipeline import delete_document
+
+        for doc in store.list_documents(index):
+            messages = {name for ds, name in run.seen if ds == doc["dataset"]}
+            if (doc["dataset"], doc["filename"]) not in run.seen and not attachments.belongs_to_a_message(
+                doc["filename"], messages
+            ):
+                removed += delete_document(services, index, doc["dataset"], doc["filename"])
+    yield BatchDone(
+        documents=run.documents,
+        chunks=run.chunks,
+        seconds=round(time.monotonic() - started, 3),
+        unchanged=run.unchanged,
+        failed=run.failed,
+        removed=removed,
+    )
+
+
+def _rebuild(
+    services: Services, index: str, folder: Path, prune: bool, started: float, options: dict
+) -> Iterator[Progress | BatchDone]:
+    """As the local engine rebuilds (`pipeline._rebuild`): into a new table while searches keep using the
+    current one, carrying over what the folder cannot rebuild, swapped in only when complete. A failure before
+    the swap (a node lost, the driver stopped) leaves the current table and its overviews as they were."""
+    store = services.store
+    for stale in store.staged_tables(index):  # a rebuild that crashed (only one runs at a time: the guard)
+        store.discard(stale)
+        overviews.drop_overviews(services.settings, stale)
+    staged = store.new_staged(index)
+    swapped = False
+    try:
+        run = yield from _index_files(services, staged, folder, **options)
+        kept, removed = _settle(services, index, staged, folder, prune)
+        with services.index_lock(index):
+            more_kept, more_removed = _settle(services, index, staged, folder, prune)
+            store.promote(index, staged)
+            overviews.promote_overviews(services.settings, index, staged)
+            swapped = True
+    finally:
+        if not swapped:
+            try:
+                store.discard(staged)
+                overviews.drop_overviews(services.settings, staged)
+            except Exception:  # the next rebuild drops it
+                log.exception("dropping the unfinished rebuild table %s failed", staged)
+    yield BatchDone(
+        documents=run.documents,
+        chunks=run.chunks,
+        seconds=round(time.monotonic() - started, 3),
+        unchanged=run.unchanged,
+        failed=run.failed,
+        removed=removed + more_removed,
+        kept=len(kept | more_kept),
+    )
+
+
+def _index_files(
+    services: Services,
+    target: str,
+    folder: Path,
+    *,
+    address: str | None,
+    cpus_per_worker: int,
+    files_per_batch: int,
+    commit_files: int,
+    nodes_seen: set[str] | None,
+) -> Iterator[Progress]:
+    """Index the folder's files into the table `target` (an index, or a rebuild's new table) across the
+    cluster, yielding Progress; returns the run's counters."""
+    import lance
+
+    store = services.store
     files, problems = folder_files(folder)
     total = len(files)
-    failed = list(problems)
-    stats = {"finished": 0, "documents": 0, "chunks": 0, "unchanged": 0}
-    seen: set[tuple[str, str]] = set()
+    run = _Run(total, problems)
 
     indexed: dict[tuple[str, str], dict] = {}
-    if store.exists(index):
-        indexed = {(d["dataset"], d["filename"]): d for d in store.list_documents(index)}
+    if store.exists(target):
+        indexed = {(d["dataset"], d["filename"]): d for d in store.list_documents(target)}
 
     todo: list[dict] = []
     order: dict[str, int] = {}  # label -> place in the folder's file order (tables are written in it)
@@ -332,130 +417,106 @@ def index_folder_ray(
         label = (
             path.name if dataset == DEFAULT_DATASET and path.parent == folder else f"{dataset}/{path.name}"
         )
-        seen.add((dataset, path.name))
-        stats_event = None
+        run.seen.add((dataset, path.name))
         if not is_supported(path.name):
-            stats_event = ("failed", "unsupported_type", "unsupported file type")
-        else:
-            known = indexed.get((dataset, path.name))
-            if known is not None and known["document_id"] == file_sha256(path):
-                stats["finished"] += 1
-                stats["documents"] += 1
-                stats["unchanged"] += 1
-                stats["chunks"] += int(known["chunks"])
-                yield Progress(label, stats["finished"], total, "unchanged", dataset)
-                continue
-        if stats_event is not None:
-            stats["finished"] += 1
-            failed.append({"file": label, "code": stats_event[1], "error": stats_event[2]})
-            yield Progress(label, stats["finished"], total, "failed", dataset, stats_event[2], stats_event[1])
+            yield run.fail(label, dataset, "unsupported_type", "unsupported file type")
+            continue
+        known = indexed.get((dataset, path.name))
+        if known is not None and known["document_id"] == file_sha256(path):
+            yield run.finish(
+                label,
+                IngestResult(
+                    path.name, dataset, known["document_id"], int(known["chunks"]), False, unchanged=True
+                ),
+            )
             continue
         order[label] = len(order)
         todo.append({"label": label, "dataset": dataset, "path": str(path.resolve())})
 
-    if todo:
-        # The table exists before any fragment is written into its folder (with the FTS index and marker).
-        store.ensure_table(index)
-        table_uri = store.table_uri(index)
-        ray = connect(address)
-        cpus = max(1, int(cpus_per_worker))
-        actors = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
-        actors = min(actors, max(1, -(-len(todo) // files_per_batch)))
-        node_settings = _node_settings(services.settings, cpus)
-        dataset_plan = ray.data.from_items(todo, override_num_blocks=max(1, -(-len(todo) // files_per_batch)))
-        results = dataset_plan.map_batches(
-            _Preparer,
-            fn_constructor_args=(node_settings, index, table_uri),
-            batch_size=files_per_batch,
-            batch_format="numpy",
-            concurrency=actors,
-            num_cpus=cpus,
-        )
-
-        pending_fragments: list[str] = []
-        pending_entries: list[dict] = []
-        pending_replaced: list[tuple[str, str, str]] = []
-        # (file order, is an attachment, dataset, filename, sheets, its overview entry): spreadsheets' SQL tables
-        pending_sheets: list[tuple[int, bool, str, str, list, dict]] = []
-
-        def commit() -> Iterator[Progress]:
-            if not pending_fragments:
-                return
-            yield Progress(
-                f"{len(pending_entries)} files", stats["finished"], total, "writing", DEFAULT_DATASET
-            )
-            fragments = [lance.fragment.FragmentMetadata.from_json(f) for f in pending_fragments]
-            with services.index_lock(index):
-                store.commit_fragments(index, fragments)
-                store.remove_superseded(index, pending_replaced)
-                for *_, ds, name, sheets, entry in sorted(pending_sheets, key=lambda p: p[:2]):
-                    described = tables.store_sheets(
-                        services.settings, index, SimpleNamespace(dataset=ds, filename=name, sheets=sheets)
-                    )
-                    if described:
-                        entry["overview"] = f"{entry['overview']} Tables: {'; '.join(described)}"
-                overviews.upsert_overviews(services.settings, index, pending_entries)
-            pending_fragments.clear()
-            pending_entries.clear()
-            pending_replaced.clear()
-            pending_sheets.clear()
-
-        since_commit = 0
-        for row in results.iter_rows():
-            label, dataset, stage = str(row["label"]), str(row["dataset"]), str(row["stage"])
-            if row["fragment"]:
-                pending_fragments.append(str(row["fragment"]))
-            if nodes_seen is not None and stage == "indexed":
-                nodes_seen.add(str(row["node"]))
-            if stage in ("indexed", "attachment"):
-                entry = json.loads(str(row["overview"]))
-                pending_entries.append(entry)
-                filename, document_id = str(row["filename"]), str(row["document_id"])
-                if (dataset, filename) in indexed:
-                    pending_replaced.append((dataset, filename, document_id))
-                if row["sheets"]:
-                    place = (order.get(label, len(order)), stage == "attachment")
-                    sheets = pickle.loads(bytes(row["sheets"]))  # written by our own actor
-                    pending_sheets.append((*place, dataset, filename, sheets, entry))
-            if stage == "attachment":  # a document of its own, not a file of the run (as on the local path)
-                continue
-            stats["finished"] += 1
-            if stage == "failed":
-                failed.append({"file": label, "code": str(row["code"]), "error": str(row["error"])})
-                yield Progress(
-                    label, stats["finished"], total, "failed", dataset, str(row["error"]), str(row["code"])
-                )
-                continue
-            stats["documents"] += 1
-            stats["chunks"] += int(row["chunks"])
-            if stage == "unchanged":
-                stats["unchanged"] += 1
-            else:
-                since_commit += 1
-            yield Progress(label, stats["finished"], total, stage, dataset)
-            if since_commit >= commit_files:
-                yield from commit()
-                since_commit = 0
-        yield from commit()
-
-    removed = 0
-    if prune and not rebuild and store.exists(index):
-        from .pipeline import delete_document
-
-        for doc in store.list_documents(index):
-            messages = {name for ds, name in seen if ds == doc["dataset"]}
-            if (doc["dataset"], doc["filename"]) not in seen and not attachments.belongs_to_a_message(
-                doc["filename"], messages
-            ):
-                removed += delete_document(services, index, doc["dataset"], doc["filename"])
-    yield BatchDone(
-        documents=stats["documents"],
-        chunks=stats["chunks"],
-        seconds=round(time.monotonic() - started, 3),
-        unchanged=stats["unchanged"],
-        failed=failed,
-        removed=removed,
+    if not todo:
+        return run
+    # The table exists before any fragment is written into its folder (with the FTS index and marker).
+    store.ensure_table(target)
+    table_uri = store.table_uri(target)
+    ray = connect(address)
+    cpus = max(1, int(cpus_per_worker))
+    actors = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
+    actors = min(actors, max(1, -(-len(todo) // files_per_batch)))
+    node_settings = _node_settings(services.settings, cpus)
+    dataset_plan = ray.data.from_items(todo, override_num_blocks=max(1, -(-len(todo) // files_per_batch)))
+    results = dataset_plan.map_batches(
+        _Preparer,
+        fn_constructor_args=(node_settings, target, table_uri),
+        batch_size=files_per_batch,
+        batch_format="numpy",
+        concurrency=actors,
+        num_cpus=cpus,
     )
+
+    pending_fragments: list[str] = []
+    pending_entries: list[dict] = []
+    pending_replaced: list[tuple[str, str, str]] = []
+    # (file order, is an attachment, dataset, filename, sheets, its overview entry): spreadsheets' SQL tables
+    pending_sheets: list[tuple[int, bool, str, str, list, dict]] = []
+
+    def commit() -> Iterator[Progress]:
+        if not pending_fragments:
+            return
+        yield Progress(f"{len(pending_entries)} files", run.finished, total, "writing", DEFAULT_DATASET)
+        fragments = [lance.fragment.FragmentMetadata.from_json(f) for f in pending_fragments]
+        with services.index_lock(target):
+            store.commit_fragments(target, fragments)
+            store.remove_superseded(target, pending_replaced)
+            for *_, ds, name, sheets, entry in sorted(pending_sheets, key=lambda p: p[:2]):
+                # SQL tables live under the index's own name, also while a rebuild builds its new table.
+                described = tables.store_sheets(
+                    services.settings,
+                    _served(target),
+                    SimpleNamespace(dataset=ds, filename=name, sheets=sheets),
+                )
+                if described:
+                    entry["overview"] = f"{entry['overview']} Tables: {'; '.join(described)}"
+            overviews.upsert_overviews(services.settings, target, pending_entries)
+        pending_fragments.clear()
+        pending_entries.clear()
+        pending_replaced.clear()
+        pending_sheets.clear()
+
+    since_commit = 0
+    for row in results.iter_rows():
+        label, dataset, stage = str(row["label"]), str(row["dataset"]), str(row["stage"])
+        if row["fragment"]:
+            pending_fragments.append(str(row["fragment"]))
+        if nodes_seen is not None and stage == "indexed":
+            nodes_seen.add(str(row["node"]))
+        if stage in ("indexed", "attachment"):
+            entry = json.loads(str(row["overview"]))
+            pending_entries.append(entry)
+            filename, document_id = str(row["filename"]), str(row["document_id"])
+            if (dataset, filename) in indexed:
+                pending_replaced.append((dataset, filename, document_id))
+            if row["sheets"]:
+                place = (order.get(label, len(order)), stage == "attachment")
+                sheets = pickle.loads(bytes(row["sheets"]))  # written by our own actor
+                pending_sheets.append((*place, dataset, filename, sheets, entry))
+        if stage == "attachment":  # a document of its own, not a file of the run (as on the local path)
+            continue
+        if stage == "failed":
+            yield run.fail(label, dataset, str(row["code"]), str(row["error"]))
+            continue
+        result = IngestResult(
+            str(row["filename"]), dataset, str(row["document_id"]), int(row["chunks"]), False
+        )
+        if stage == "unchanged":
+            result.unchanged = True
+        else:
+            since_commit += 1
+        yield run.finish(label, result)
+        if since_commit >= commit_files:
+            yield from commit()
+            since_commit = 0
+    yield from commit()
+    return run
 
 
 __all__ = ["available", "connect", "index_folder_ray"]

@@ -73,3 +73,27 @@ def test_pdf_chunks_carry_their_page(tokenizer, converter):
     assert None not in pages
     assert pages == sorted(pages)
     assert set(pages) == {1, 2, 3, 4, 5}
+
+
+def test_splitting_long_text_matches_docling_and_keeps_nothing_per_document(tokenizer, converter):
+    """Oversized passages split exactly as Docling's own HybridChunker splits them, without leaving a cache of
+    their text behind (Docling's path registers one per split in a module-level dict: memory grew per file)."""
+    import semchunk.semchunk as registry
+    from docling_core.transforms.chunker.hybrid_chunker import HybridChunker
+
+    ours = Chunker(tokenizer, 64)
+    docling = Chunker(tokenizer, 64)
+    docling._chunker = HybridChunker(
+        tokenizer=ours._chunker.tokenizer,
+        serializer_provider=ours._chunker.serializer_provider,
+        merge_peers=True,
+        repeat_table_header=True,
+    )
+    names = ["lorem_ipsum.docx", "wiki_duck.html", "normal_4pages.pdf"]
+    documents = [converter.convert(DOCLING / name).document for name in names]
+    before = len(registry._memoized_token_counters)
+    produced = [[(c.text, c.embed_text) for c in ours.chunk(doc)] for doc in documents]
+    assert len(registry._memoized_token_counters) == before  # nothing kept per split
+    expected = [[(c.text, c.embed_text) for c in docling.chunk(doc)] for doc in documents]
+    assert produced == expected
+    assert sum(len(p) for p in produced) > 3 * len(names)  # the passages were split

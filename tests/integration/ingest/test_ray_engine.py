@@ -4,16 +4,19 @@ The shared fixture corpus (with e-mails whose attachments become documents, and 
 tables) is indexed once by the local path and once through Ray into the same store: the two indexes must hold
 the same documents (ids), the same chunk texts and counts, the same SQL tables and overviews, and the Ray run
 must have used both nodes. A second Ray run skips every document; a changed file is replaced, not duplicated.
+A Ray rebuild builds a new table and swaps it in, so one that fails leaves the index as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -65,8 +68,19 @@ def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ray")
     port = free_port()
     env = _env(tmp)
+    # Its own temp folder (short: Ray's socket paths must fit 107 bytes), so that only this cluster's processes
+    # are stopped afterwards: `ray stop` would stop every Ray process of the machine, other test runs' too.
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     common = ["--num-cpus=1", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
-    head = [RAY, "start", "--head", f"--port={port}", "--include-dashboard=false", *common]
+    head = [
+        RAY,
+        "start",
+        "--head",
+        f"--port={port}",
+        "--include-dashboard=false",
+        f"--temp-dir={temp_dir}",
+        *common,
+    ]
     try:
         subprocess.run(head, env=env, check=True, capture_output=True, timeout=180)
         address = f"127.0.0.1:{port}"
@@ -79,7 +93,42 @@ def cluster(tmp_path_factory):
         )
         yield address
     finally:
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _stop_processes_using(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _stop_processes_using(temp_dir: str) -> None:
+    """Stop the processes of the cluster started with `temp_dir` (their command lines name it), no others."""
+    import psutil
+
+    def ours() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if any(temp_dir in part for part in proc.info["cmdline"] or []):
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    procs = ours()
+    children = [c for p in procs for c in _children(p)]
+    for proc in procs + children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs + children, timeout=30)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+
+
+def _children(proc) -> list:
+    import psutil
+
+    try:
+        return proc.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +162,8 @@ def _eml_with_a_spreadsheet() -> bytes:
     return msg.as_bytes()
 
 
-def _index(tmp: Path, folder: Path, index: str, *args: str, address: str | None = None):
-    env = _env(tmp, **({"RAY_ADDRESS": address} if address else {}))
+def _index(tmp: Path, folder: Path, index: str, *args: str, address: str | None = None, **env_extra: str):
+    env = _env(tmp, **({"RAY_ADDRESS": address} if address else {}), **env_extra)
     cmd = [sys.executable, "-m", "rag_worker", "index", str(folder), "--index", index, "--quiet", *args]
     return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
 
@@ -233,3 +282,53 @@ def test_a_second_ray_run_skips_everything_and_a_changed_file_is_replaced(indexe
     ducks = {k for k in _chunks(reader, "viaRay") if k[1] == "duck.md"}
     assert len(ducks) == 1, ducks  # the old version's rows are gone
     assert "duck.md" in [h.filename for h in reader.search("quokka smiled ray cluster", "viaRay", mode="fts")]
+
+
+def _state(tmp: Path, index: str) -> tuple[dict, list[dict]]:
+    reader = StoreReader(tmp)
+    return _chunks(reader, index), reader.store.list_documents(index)
+
+
+def test_a_ray_rebuild_that_fails_leaves_the_index_searchable(indexed, cluster):
+    tmp, folder, _, _ = indexed
+    chunks_before, docs_before = _state(tmp, "viaRay")
+    # The driver cannot join the cluster (its token is not the cluster's): the rebuild fails after it has made
+    # its new table, which is where a rebuild that dropped the index first had already lost it.
+    failed = _index(
+        tmp, folder, "viaRay", "--rebuild", "--engine", "ray", address=cluster, RAY_AUTH_TOKEN="0" * 64
+    )
+    assert failed.returncode not in (0, 1), failed.stdout + failed.stderr[-3000:]
+    assert "error:" in failed.stderr and "Ray cluster" in failed.stderr, failed.stderr[-3000:]
+    reader = StoreReader(tmp)
+    assert _chunks(reader, "viaRay") == chunks_before
+    assert reader.store.list_documents("viaRay") == docs_before
+    assert reader.store.staged_tables("viaRay") == []  # the unfinished table is gone
+    phrase = " ".join(next(iter(chunks_before.values()))[0][1].split()[:8])
+    assert reader.search(phrase, "viaRay", mode="fts", limit=5)
+    assert (tmp / "index_store" / "overviews" / "viaRay.jsonl").is_file()
+
+
+def test_a_ray_rebuild_swaps_in_a_new_table_and_keeps_documents_not_in_the_folder(indexed, cluster):
+    tmp, folder, _, _ = indexed
+    chunks_before, _ = _state(tmp, "viaRay")
+    away = tmp / "away"
+    away.mkdir(exist_ok=True)
+    moved = folder / "docling" / "wiki_duck.html"
+    shutil.move(moved, away / moved.name)
+    try:
+        rebuilt = _index(tmp, folder, "viaRay", "--rebuild", "--engine", "ray", address=cluster)
+    finally:
+        shutil.move(away / moved.name, moved)
+    assert rebuilt.returncode in (0, 1), rebuilt.stderr[-3000:]
+    assert "1 kept from before" in rebuilt.stdout, rebuilt.stdout
+    reader = StoreReader(tmp)
+    serving = reader.store._physical("viaRay")
+    assert serving.startswith("viaRay.")  # a new table, named by the index's alias
+    assert reader.store.staged_tables("viaRay") == []
+    after = _chunks(reader, "viaRay")
+    assert set(after) == set(chunks_before)  # the moved file's document was carried over
+    for key in chunks_before:
+        assert [t for _, t, _ in after[key]] == [t for _, t, _ in chunks_before[key]], key
+    carried = next(k for k in after if k[1] == "wiki_duck.html")
+    phrase = " ".join(after[carried][1][1].split()[:10])
+    assert "wiki_duck.html" in [h.filename for h in reader.search(phrase, "viaRay", mode="fts", limit=5)]

@@ -68,6 +68,32 @@ def stored(env) -> dict[str, int]:
     return {d["filename"]: d["chunks"] for d in store.list_documents("resume")}
 
 
+def open_store(env):
+    from rag_worker.embeddings import Embedder
+    from rag_worker.settings import packaged_embedding_model
+    from rag_worker.store import Store
+
+    return Store(Path(env["INDEX_STORE"]) / "lancedb", Embedder(packaged_embedding_model(), torch_threads=1))
+
+
+def found_by_full_text(env, names: list[str]) -> set[str]:
+    """The files whose own words (topicNNs0w0, unique to each file) full-text search finds."""
+    store = open_store(env)
+    found = set()
+    for name in names:
+        number = int(re.search(r"\d+", name).group())
+        hits = store.search("resume", f"topic{number:02d}s0w0", mode="fts", limit=3)
+        found.update(h.filename for h in hits if h.filename == name)
+    return found
+
+
+def unindexed_rows(env) -> int:
+    """Rows the full-text index does not cover yet (searched exhaustively until it does)."""
+    table = open_store(env)._require("resume")
+    fts = next(i for i in table.list_indices() if i.index_type == "FTS")
+    return table.index_stats(fts.name).num_unindexed_rows
+
+
 def cli(env, folder) -> list[str]:
     return [sys.executable, "-m", "rag_worker", "index", str(folder), "--index", "resume", "--quiet"]
 
@@ -98,6 +124,8 @@ def test_a_killed_run_leaves_whole_documents_and_a_second_run_skips_them(env, tm
     assert after_crash, "nothing was committed before the kill"
     for name, chunks in after_crash.items():
         assert chunks == want[name], f"{name} is half written: {chunks} of {want[name]} chunks"
+    # What was committed is searchable at once, also where the run died before updating the full-text index.
+    assert found_by_full_text(env, sorted(after_crash)) == set(after_crash)
 
     again = subprocess.run(cli(env, folder), cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -106,3 +134,6 @@ def test_a_killed_run_leaves_whole_documents_and_a_second_run_skips_them(env, tm
     assert int(summary.group(1)) == FILES
     assert int(summary.group(2)) == len(after_crash)  # what the killed run committed is skipped
     assert stored(env) == want
+    # A finished run leaves its full-text index complete (it is brought up to date at the end of the run).
+    assert unindexed_rows(env) == 0
+    assert found_by_full_text(env, sorted(want)) == set(want)
