@@ -29,6 +29,13 @@ class Services:
         # Write locks shared with every process on this INDEX_STORE (files under INDEX_STORE/locks).
         self.locks: Locks = Locks(settings.index_store / "locks")
 
+    def close(self) -> None:
+        """Stop the helper processes these services started (ingestion's conversion child), now rather than
+        whenever the garbage collector gets to them: each holds a few hundred MB."""
+        from .ingest.pipeline import release_parts
+
+        release_parts(self)
+
     @cached_property
     def embedder(self) -> Embedder:
         from .embeddings import Embedder

@@ -164,6 +164,14 @@ def parts(services: Services) -> _Parts:
         return built
 
 
+def release_parts(services: Services) -> None:
+    """Stop the conversion child `parts` started for these services (it also ends once they are collected)."""
+    with _parts_lock:
+        built = _parts.pop(services, None)
+    if built is not None:
+        built.converter.close()
+
+
 # -- one file ---------------------------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ checked without any timing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def embedder():
 
 
 @pytest.fixture
-def services(tmp_path, embedder) -> Services:
+def services(tmp_path, embedder) -> Iterator[Services]:
     svc = Services(
         Settings(
             INDEX_STORE=str(tmp_path / "store"),
@@ -38,7 +39,8 @@ def services(tmp_path, embedder) -> Services:
     svc.__dict__["embedder"] = (
         embedder  # the module's embedder: loading it per test is slow on a shared machine
     )
-    return svc
+    yield svc
+    svc.close()  # its conversion child (~450 MB) would otherwise live until a garbage collection
 
 
 def write(folder: Path, rel: str, text: str) -> Path:
@@ -253,3 +255,11 @@ def test_a_rebuild_with_another_embedder_embeds_the_kept_documents_again(service
     assert names(services, "foreign") == {("default", "old.txt"), ("default", "new.md")}
     hits = services.store.search("foreign", "old text", mode="vector", limit=2)
     assert hits[0].filename == "old.txt" and hits[0].vector_score > 0.9
+
+
+def test_closing_the_services_stops_their_conversion_child(services):
+    proc = pipeline.parts(services).converter.sandbox._proc
+    assert proc is not None and proc.poll() is None
+    services.close()  # what a test or a shutting-down process calls: the child must not linger
+    assert proc.wait(timeout=60) is not None
+    services.close()  # twice is harmless

@@ -51,9 +51,13 @@ def expected_chunks(env, folder: Path) -> dict[str, int]:
 
     services = Services(Settings(INDEX_STORE=env["INDEX_STORE"], EMBEDDING_BATCH_SIZE=4))
     part = parts(services)
-    return {
-        p.name: len(part.chunker.chunk(part.converter.convert(p).document)) for p in sorted(folder.iterdir())
-    }
+    try:
+        return {
+            p.name: len(part.chunker.chunk(part.converter.convert(p).document))
+            for p in sorted(folder.iterdir())
+        }
+    finally:
+        services.close()
 
 
 def stored(env) -> dict[str, int]:
