@@ -16,7 +16,7 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -684,7 +684,7 @@ def index_folder(
     """Index every supported file of `folder`, yielding Progress per file and stage, then one BatchDone.
 
     A file that fails is reported (stage "failed", with its reason) and the batch goes on. `rebuild` indexes
-    everything again into a new table and swaps it in when complete (see `_rebuild`); the way out of an
+    everything again into a new table and swaps it in when complete (see `rebuild_and_swap`); the way out of an
     embedder mismatch. `prune` removes documents whose file is not in the folder (used when the folder is the
     index's own uploads folder); without it such documents are kept, a rebuild included.
     Raises EmbedderMismatch before touching anything when the index was built with another embedding model and
@@ -695,20 +695,36 @@ def index_folder(
     if not folder.is_dir():
         raise IngestError("not_found", f"folder {folder} does not exist", field="folder")
     started = time.monotonic()
+
+    def index_into(target: str) -> Generator[Progress, None, _Run]:
+        files, problems = folder_files(folder)
+        run = _Run(len(files), problems)
+        yield from _index_files(services, target, folder, files, run)
+        return run
+
     if rebuild:
         with services.rebuild_guard(index):
-            yield from _rebuild(services, index, folder, prune, started)
+            yield from rebuild_and_swap(services, index, folder, prune, started, index_into)
         return
-    if services.store.exists(index):
-        services.store.check_compatible(index)
+    yield from index_and_prune(services, index, prune, started, index_into)
 
-    files, problems = folder_files(folder)
-    run = _Run(len(files), problems)
-    yield from _index_files(services, index, folder, files, run)
+
+# An engine's indexing step: index the folder into the named table, yielding Progress; returns the run's counters.
+IndexInto = Callable[[str], Generator[Progress, None, _Run]]
+
+
+def index_and_prune(
+    services: Services, index: str, prune: bool, started: float, index_into: IndexInto
+) -> Iterator[Progress | BatchDone]:
+    """Index into the index's own table, then (with `prune`) delete the documents whose file was not seen."""
+    store = services.store
+    if store.exists(index):
+        store.check_compatible(index)
+    run = yield from index_into(index)
 
     removed = 0
-    if prune and services.store.exists(index):
-        for doc in services.store.list_documents(index):
+    if prune and store.exists(index):
+        for doc in store.list_documents(index):
             messages = {name for ds, name in run.seen if ds == doc["dataset"]}
             if (doc["dataset"], doc["filename"]) not in run.seen and not attachments.belongs_to_a_message(
                 doc["filename"], messages
@@ -724,16 +740,18 @@ def index_folder(
     )
 
 
-def _rebuild(
-    services: Services, index: str, folder: Path, prune: bool, started: float
+def rebuild_and_swap(
+    services: Services, index: str, folder: Path, prune: bool, started: float, index_into: IndexInto
 ) -> Iterator[Progress | BatchDone]:
     """Index the folder into a new table while searches keep using the current one, carry over what the folder
-    cannot rebuild, and swap the new table in only when it is complete.
+    cannot rebuild, and swap the new table in only when it is complete. Both engines rebuild through this, each
+    with its own indexing step.
 
     Kept from the current table: documents whose file is not in the folder (unless `prune`), files that failed
     this time, and whatever uploads and deletes changed while the rebuild ran (settled under the index's write
-    lock, just before the swap). A crash or an error before the swap leaves the current table as it was; the
-    table being built is dropped then, or by the next rebuild when the process died.
+    lock, just before the swap). A crash or an error before the swap (a node lost, the driver stopped) leaves
+    the current table and its overviews as they were; the table being built is dropped then, or by the next
+    rebuild when the process died.
     """
     store = services.store
     for stale in store.staged_tables(index):  # a rebuild that crashed (only one runs at a time: the guard)
@@ -742,9 +760,7 @@ def _rebuild(
     staged = store.new_staged(index)
     swapped = False
     try:
-        files, problems = folder_files(folder)
-        run = _Run(len(files), problems)
-        yield from _index_files(services, staged, folder, files, run)
+        run = yield from index_into(staged)
         # Most of the carrying over (maybe re-embedding) happens without the lock; what uploads and deletes
         # changed meanwhile is settled under it, then the swap.
         kept, removed = _settle(services, index, staged, folder, prune)

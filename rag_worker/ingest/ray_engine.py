@@ -11,7 +11,7 @@ the group in flight and never leaves half a document: a document's rows are in o
 is visible only once its commit lands. A document whose bytes changed keeps its old rows until its new ones
 are committed; they are deleted right after, in one delete per group. A re-run skips documents whose bytes are
 already indexed under their name, as the local path does. `--rebuild` builds into a new table and swaps it in
-when complete, as the local path does (`pipeline._rebuild`): a rebuild that fails leaves the index as it was.
+when complete, through the local path's own code (`pipeline.rebuild_and_swap`): a rebuild that fails leaves the index as it was.
 
 Like the local path, a spreadsheet's sheets become SQL tables of the index (rag_worker/tables.py: the actor reads
 them, the driver writes them with the commit, in the folder's file order, under the index's write lock), and an
@@ -34,7 +34,7 @@ import os
 import pickle
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -54,11 +54,12 @@ from .pipeline import (
     Progress,
     _Run,
     _served,
-    _settle,
     document_rows,
     file_sha256,
     folder_files,
+    index_and_prune,
     prepare_steps,
+    rebuild_and_swap,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -320,71 +321,15 @@ def index_folder_ray(
         "commit_files": commit_files,
         "nodes_seen": nodes_seen,
     }
+
+    def index_into(target: str) -> Generator[Progress, None, _Run]:
+        return _index_files(services, target, folder, **options)
+
     if rebuild:
         with services.rebuild_guard(index):
-            yield from _rebuild(services, index, folder, prune, started, options)
+            yield from rebuild_and_swap(services, index, folder, prune, started, index_into)
         return
-    store = services.store
-    if store.exists(index):
-        store.check_compatible(index)
-    run = yield from _index_files(services, index, folder, **options)
-
-    removed = 0
-    if prune and store.exists(index):
-        from .pipeline import delete_document
-
-        for doc in store.list_documents(index):
-            messages = {name for ds, name in run.seen if ds == doc["dataset"]}
-            if (doc["dataset"], doc["filename"]) not in run.seen and not attachments.belongs_to_a_message(
-                doc["filename"], messages
-            ):
-                removed += delete_document(services, index, doc["dataset"], doc["filename"])
-    yield BatchDone(
-        documents=run.documents,
-        chunks=run.chunks,
-        seconds=round(time.monotonic() - started, 3),
-        unchanged=run.unchanged,
-        failed=run.failed,
-        removed=removed,
-    )
-
-
-def _rebuild(
-    services: Services, index: str, folder: Path, prune: bool, started: float, options: dict
-) -> Iterator[Progress | BatchDone]:
-    """As the local engine rebuilds (`pipeline._rebuild`): into a new table while searches keep using the
-    current one, carrying over what the folder cannot rebuild, swapped in only when complete. A failure before
-    the swap (a node lost, the driver stopped) leaves the current table and its overviews as they were."""
-    store = services.store
-    for stale in store.staged_tables(index):  # a rebuild that crashed (only one runs at a time: the guard)
-        store.discard(stale)
-        overviews.drop_overviews(services.settings, stale)
-    staged = store.new_staged(index)
-    swapped = False
-    try:
-        run = yield from _index_files(services, staged, folder, **options)
-        kept, removed = _settle(services, index, staged, folder, prune)
-        with services.index_lock(index):
-            more_kept, more_removed = _settle(services, index, staged, folder, prune)
-            store.promote(index, staged)
-            overviews.promote_overviews(services.settings, index, staged)
-            swapped = True
-    finally:
-        if not swapped:
-            try:
-                store.discard(staged)
-                overviews.drop_overviews(services.settings, staged)
-            except Exception:  # the next rebuild drops it
-                log.exception("dropping the unfinished rebuild table %s failed", staged)
-    yield BatchDone(
-        documents=run.documents,
-        chunks=run.chunks,
-        seconds=round(time.monotonic() - started, 3),
-        unchanged=run.unchanged,
-        failed=run.failed,
-        removed=removed + more_removed,
-        kept=len(kept | more_kept),
-    )
+    yield from index_and_prune(services, index, prune, started, index_into)
 
 
 def _index_files(
