@@ -285,9 +285,10 @@ def main() -> None:
     ap.add_argument(
         "--profile-with",
         default="",
-        help="path of a py-spy executable: sample the worker (and the gateway) during the RAG bursts and print "
-        "where their CPU went",
+        help="path of a py-spy executable: sample the worker (and the gateway) during the RAG bursts and the "
+        "gateway during its direct burst, and print where their CPU went",
     )
+    ap.add_argument("--profile-rate", type=int, default=100, help="py-spy samples per second")
     ap.add_argument(
         "--variant",
         action="append",
@@ -345,6 +346,7 @@ def main() -> None:
             ):
                 spies = {
                     "worker-rag": [("worker", worker.proc.pid)],
+                    "gateway-direct": [("gateway", gw.proc.pid)],
                     "gateway-rag": [("worker", worker.proc.pid), ("gateway", gw.proc.pid)],
                 }
                 pids = {
@@ -442,7 +444,7 @@ async def run_size(
         files = {label: tmp / "profiles" / f"{name}-{n_chunks}-{label}.txt" for label, _ in watched}
         with contextlib.ExitStack() as stack:
             for label, pid in watched:
-                stack.enter_context(Spy(args.profile_with, pid, files[label]))
+                stack.enter_context(Spy(args.profile_with, pid, files[label], rate=args.profile_rate))
             db = gw_tmp / "index_store" / "gateway.db" if name.startswith("gateway") else None
             out[name] = await burst(t, args.turns, chat_body, cpu_pids(name, pids), db)
         for label, f in files.items():

@@ -14,6 +14,14 @@ curve shows and not only its best point; choose on train, then confirm with `ben
 in the top `--prf-docs` FTS chunks, each chunk's term frequencies weighted by its share of their BM25 scores, are
 added to the query and the FTS leg is run again), fused the same ways. `--fts-variants` also rebuilds the FTS index
 of a copy of the table under other tokenizer settings.
+
+Two more leads, measured and not shipped (docs/benchmarks.md): `--exact-missing` gives a chunk only the vector
+leg found its exact BM25 score (the FTS query again, filtered to those chunks) instead of BM25's floor, the
+mirror of what an FTS-only chunk gets; `--doc-level` fuses per document (each leg's best normalised score among
+the document's chunks, then the convex combination). `--title-context` measures everything on an index whose
+chunks are embedded with their document's first line (its title, when that line is a single line of at most
+300 characters) in front, where the chunk's own text does not already hold it (its own cache folder; vectors
+are shared through `vectors.sqlite`).
 """
 
 from __future__ import annotations
@@ -121,6 +129,80 @@ def ranked_docs(hits, doc_of: dict, agg: str) -> list[str]:
     return sorted(total, key=lambda d: -total[d])
 
 
+def exact_bm25(services, data: beir.BeirDataset, fetched: dict) -> dict:
+    """qid -> {chunk id: BM25 score} for the chunks only the vector leg found (0 when no query term matches)."""
+    from lancedb.query import MatchQuery
+
+    table = services.store._require(INDEX)
+    out = {}
+    for qid, (vec_rows, fts_rows, _) in fetched.items():
+        seen = {r["id"] for _, r in fts_rows}
+        missing = [r["id"] for _, r in vec_rows if r["id"] not in seen]
+        out[qid] = {}
+        if missing:
+            ids = ",".join(f"'{i}'" for i in missing)  # hex digests: nothing to quote
+            q = table.search(MatchQuery(data.queries[qid], "text"), query_type="fts")
+            rows = q.where(f"id IN ({ids})", prefilter=True).select(["id", "_score"]).limit(len(missing))
+            out[qid] = {r["id"]: float(r["_score"]) for r in rows.to_arrow().to_pylist()}
+    return out
+
+
+def convex_variant(fetched: dict, data, params: dict, bm25_of: dict | None, doc_level: bool) -> dict:
+    """nDCG@10 etc. of a convex fusion with exact BM25 for vector-only chunks (`bm25_of`) and/or per document."""
+    from rag_worker.store import BM25_MIN, COSINE_MIN, _normaliser, fuse
+
+    fusion, alpha = params["fusion"], params["alpha"]
+    doc_of = {filename_for(d): d for d in data.corpus}
+    run = {}
+    for qid, (vec_rows, fts_rows, qvec) in fetched.items():
+        hits = fuse(vec_rows, fts_rows, qvec, limit=10**6, **params)
+        nv = _normaliser(fusion, [1.0 - float(r["_distance"]) for _, r in vec_rows], COSINE_MIN)
+        nf = _normaliser(fusion, [float(r["_score"]) for _, r in fts_rows], BM25_MIN)
+        extra = (bm25_of or {}).get(qid, {})
+        parts = []
+        for h in hits:
+            cos = h.vector_score if h.vector_score is not None else COSINE_MIN
+            bm25 = h.fts_score if h.fts_score is not None else extra.get(h.id, BM25_MIN)
+            parts.append((doc_of.get(h.filename, h.filename), nv(cos), nf(bm25)))
+        if doc_level:
+            best: dict[str, list[float]] = {}
+            for doc, v, f in parts:
+                b = best.setdefault(doc, [v, f])
+                b[0], b[1] = max(b[0], v), max(b[1], f)
+            scores = {d: alpha * v + (1 - alpha) * f for d, (v, f) in best.items()}
+        else:
+            scores = {}
+            for doc, v, f in parts:
+                scores[doc] = max(scores.get(doc, -1e9), alpha * v + (1 - alpha) * f)
+        run[qid] = sorted(scores, key=lambda d: -scores[d])[:100]
+    return beir.evaluate(run, data.qrels)
+
+
+def with_title_context() -> None:
+    """Chunks embedded with their document's first line in front (see the module's docstring)."""
+    from rag_worker.ingest import pipeline
+
+    plain_parts = pipeline.parts
+
+    def parts(services):
+        part = plain_parts(services)
+        chunk = part.chunker.chunk
+
+        def titled(doc):
+            chunks = chunk(doc)
+            first = next((t.text.strip() for t in doc.texts if t.text.strip()), "")
+            if first and "\n" not in first and len(first) <= 300:
+                for c in chunks:
+                    if first not in c.embed_text:
+                        c.embed_text = f"{first}\n{c.embed_text}"
+            return chunks
+
+        part.chunker.chunk = titled
+        return part
+
+    pipeline.parts = parts
+
+
 def configs() -> list[tuple[str, dict]]:
     out = [(f"rrf k={k}", {"fusion": "rrf", "rrf_k": k}) for k in (10, 20, 40, 60, 100)]
     for fusion in ("tmm", "zscore"):
@@ -184,10 +266,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prf", action="store_true", help="also measure RM3-style feedback on the FTS leg")
     parser.add_argument("--prf-docs", type=int, default=10)
     parser.add_argument("--prf-terms", type=int, default=10)
+    parser.add_argument("--exact-missing", action="store_true", help="exact BM25 for vector-only chunks")
+    parser.add_argument("--doc-level", action="store_true", help="fuse per document")
+    parser.add_argument("--title-context", action="store_true", help="chunks embedded with their title")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     splits = {name: beir.load(args.dataset, name) for name in args.splits}
+    if args.title_context:
+        with_title_context()
+        cache = args.cache_dir.with_name(args.cache_dir.name + "-title")
+        cache.mkdir(parents=True, exist_ok=True)
+        if not (cache / "vectors.sqlite").exists():
+            (cache / "vectors.sqlite").symlink_to((args.cache_dir / "vectors.sqlite").resolve())
+        args.cache_dir = cache
     services, store_dir, _ = ensure_index(splits[args.splits[0]], None, args.cache_dir)
     if args.prf:
         fetched, prf_fetched = {}, {}
@@ -221,8 +313,34 @@ def main(argv: list[str] | None = None) -> int:
                     row[f"{name} {agg}"] = m["ndcg@10"]
             table[f"prf {label}"] = row
             print(f"| prf {label} | " + " | ".join(f"{row[c]:.4f}" for c in cols) + " |", flush=True)
+    variants = [("exact BM25 for vector-only", True, False)] if args.exact_missing else []
+    variants += [("per document", False, True)] if args.doc_level else []
+    if variants:
+        bm25_of = (
+            {name: exact_bm25(services, data, fetched[name]) for name, data in splits.items()}
+            if args.exact_missing
+            else None
+        )
+        for vname, exact, doc_level in variants:
+            print(f"{vname} (documents by best chunk):")
+            for label, params in configs():
+                if params["fusion"] == "rrf":
+                    continue
+                row = {}
+                for name, data in splits.items():
+                    m = convex_variant(fetched[name], data, params, (bm25_of or {}).get(name) if exact else None,
+                                       doc_level)  # fmt: skip
+                    row[f"{name} max"] = m["ndcg@10"]
+                table[f"{vname}: {label}"] = row
+                print(
+                    f"| {vname}: {label} | "
+                    + " | ".join(f"{row[f'{s} max']:.4f}" for s in args.splits)
+                    + " |"
+                )
     first = f"{args.splits[0]} max"
-    for family in ("rrf", "tmm", "zscore", *(("prf rrf", "prf tmm", "prf zscore") if args.prf else ())):
+    families = ["rrf", "tmm", "zscore", *(("prf rrf", "prf tmm", "prf zscore") if args.prf else ())]
+    families += [f"{v}: {f}" for v, *_ in variants for f in ("tmm", "zscore")]
+    for family in families:
         best = max((lb for lb in table if lb.startswith(family)), key=lambda lb: table[lb][first])
         print(f"best {family} on {first}: {best} ({table[best][first]:.4f})")
     if args.fts_variants:
