@@ -40,6 +40,10 @@ class Settings(BaseSettings):
 
     embedding_model: str = Field(default="", alias="EMBEDDING_MODEL")
     embedding_batch_size: int = Field(default=32, alias="EMBEDDING_BATCH_SIZE")
+    # Folder indexing embeds and commits this many chunks at a time (at least one embedding batch): the pool is
+    # sorted by length before it is cut into batches, so a larger pool pads less (bench/ingest_throughput.py),
+    # and a crash loses at most one pool.
+    ingest_batch_chunks: int = Field(default=512, ge=1, le=100_000, alias="INGEST_BATCH_CHUNKS")
     embedding_max_length: int = Field(default=256, alias="EMBEDDING_MAX_LENGTH")
     reranker_model: str = Field(default="", alias="RERANKER_MODEL")
     torch_threads: int = Field(default=0, alias="TORCH_THREADS")

@@ -31,6 +31,7 @@ WORKER_ENV = {
     # Small embedding batches: a rebuild of 20 one-chunk files writes in several rounds, so there is a
     # "mid-rebuild" to kill the worker in.
     "EMBEDDING_BATCH_SIZE": "2",
+    "INGEST_BATCH_CHUNKS": "8",
 }
 UPLOADS = 20
 

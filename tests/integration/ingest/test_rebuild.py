@@ -34,6 +34,7 @@ def services(tmp_path, embedder) -> Iterator[Services]:
             UPLOADS_DIR=str(tmp_path / "uploads"),
             OVERVIEW_SUMMARIES="off",
             LLM_BACKEND="local",
+            INGEST_BATCH_CHUNKS=8,  # several commits per folder: a rebuild has a "meanwhile"
         )
     )
     svc.__dict__["embedder"] = (

@@ -39,7 +39,8 @@ def env(tmp_path_factory) -> dict[str, str]:
         "TORCH_THREADS": "1",
         "LLM_BACKEND": "local",
         "OVERVIEW_SUMMARIES": "off",
-        "EMBEDDING_BATCH_SIZE": "4",  # a batch of 16 chunks: many commits over the folder
+        "EMBEDDING_BATCH_SIZE": "4",
+        "INGEST_BATCH_CHUNKS": "16",  # a commit every 16 chunks: many commits over the folder
     }
 
 
