@@ -16,15 +16,23 @@ INVENTED = (
 )
 
 
-def inventing(model: str, messages: list[dict], request: dict) -> str:
-    """A model that answers yes/no checks like the default one but invents the answer itself."""
-    if any("answer yes or no" in str(m.get("content") or "").lower() for m in messages):
-        return default_responder(model, messages, request)
-    return INVENTED
+def answering(answer: str):
+    """A model that answers yes/no checks like the default one but writes `answer` itself."""
+
+    def responder(model: str, messages: list[dict], request: dict) -> str:
+        if any("answer yes or no" in str(m.get("content") or "").lower() for m in messages):
+            return default_responder(model, messages, request)
+        return answer
+
+    return responder
 
 
-def turn(worker, **options):
-    body = {"prompt": QUESTION, "index": "corpus", "options": {"route": "rag", **options}}
+inventing = answering(INVENTED)
+
+
+def turn(worker, prompt: str = QUESTION, **options):
+    """(streamed tokens, the `done` payload, the grounding steps) of one RAG turn on the corpus."""
+    body = {"prompt": prompt, "index": "corpus", "options": {"route": "rag", **options}}
     status, events = post_events(worker.url + "/chat_stream", body)
     assert status == 200, events
     events = [(e, d) for e, d in events if e != ":"]
@@ -114,20 +122,11 @@ MADE_UP = (
     "A ticket to the top costs 29 euros and is sold at the south pillar [S1]. "
     "Children under four go up for free on weekdays [S1]."
 )
-
-
-def making_up(model: str, messages: list[dict], request: dict) -> str:
-    if any("answer yes or no" in str(m.get("content") or "").lower() for m in messages):
-        return default_responder(model, messages, request)
-    return MADE_UP
+making_up = answering(MADE_UP)
 
 
 def unanswerable_turn(worker, **options):
-    body = {"prompt": UNANSWERABLE, "index": "corpus", "options": {"route": "rag", **options}}
-    status, events = post_events(worker.url + "/chat_stream", body)
-    assert status == 200, events
-    assert events[-1][0] == "done", events[-1]
-    return events[-1][1]
+    return turn(worker, UNANSWERABLE, **options)[1]
 
 
 def test_an_unanswerable_question_forced_through_retrieval_is_quoted_with_a_caveat(worker, fake_ollama):
