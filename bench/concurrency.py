@@ -50,6 +50,7 @@ from bench.gateway_relay import new_chat, pct, read_stream, setup_user
 from bench.pipeline_overhead import SENTENCE, build_index
 from bench.pyspy import Spy
 from bench.pyspy import summarise as profile_summary
+from tests.ollama_server import OLLAMA_ENV
 from tests.servers import ROOT, SHARED, ServerProcess, free_port, gateway_process, worker_process
 
 
@@ -324,9 +325,7 @@ def main() -> None:
     )
     worker_env = {
         "OLLAMA_HOST": f"http://127.0.0.1:{op}",
-        "LLM_BACKEND": "ollama",
-        "GENERATION_MODEL": "qwen3:8b",
-        "UTILITY_MODEL": "qwen3:0.6b",
+        **OLLAMA_ENV,
         **dict(kv.split("=", 1) for kv in args.worker_env),
     }
     with ollama, floor_proc:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.ollama_server import FakeOllama
+from tests.ollama_server import OLLAMA_ENV, FakeOllama
 from tests.servers import gateway_process, worker_process
 
 STALL_S = 5.0
@@ -180,12 +180,10 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
-    with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake:
+    with FakeOllama() as fake:
         env = {
             "OLLAMA_HOST": fake.url,
-            "LLM_BACKEND": "ollama",
-            "GENERATION_MODEL": "qwen3:8b",
-            "UTILITY_MODEL": "qwen3:0.6b",
+            **OLLAMA_ENV,
             "SSE_KEEPALIVE_S": "15",
         }
         with worker_process(tmp, env=env) as worker, gateway_process(tmp, worker_url=worker.url) as gateway:

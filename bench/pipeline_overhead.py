@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.ollama_server import FakeOllama
+from tests.ollama_server import OLLAMA_ENV, FakeOllama
 from tests.servers import ROOT, SHARED, worker_process
 from tests.sse import parse_lines
 
@@ -113,14 +113,12 @@ def main() -> None:
     n = build_index(base / "index_store", args.chunks)
     qs = queries(args.queries)
     with (
-        FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake,
+        FakeOllama() as fake,
         worker_process(
             base,
             env={
                 "OLLAMA_HOST": fake.url,
-                "LLM_BACKEND": "ollama",
-                "GENERATION_MODEL": "qwen3:8b",
-                "UTILITY_MODEL": "qwen3:0.6b",
+                **OLLAMA_ENV,
             },
         ) as worker,
     ):

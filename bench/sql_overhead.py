@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import httpx
 
 from rag_worker.pipeline.prompts import DEFAULTS
-from tests.ollama_server import FakeOllama, default_responder
+from tests.ollama_server import OLLAMA_ENV, FakeOllama, default_responder
 from tests.servers import worker_process
 from tests.sse import parse_lines
 
@@ -87,14 +87,12 @@ def main() -> None:
         sheet_mb = sheet.stat().st_size / 1e6
         head = "\n".join(sheet.read_text().splitlines()[:501]) + "\n"
         with (
-            FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake,
+            FakeOllama() as fake,
             worker_process(
                 tmp,
                 env={
                     "OLLAMA_HOST": fake.url,
-                    "LLM_BACKEND": "ollama",
-                    "GENERATION_MODEL": "qwen3:8b",
-                    "UTILITY_MODEL": "qwen3:0.6b",
+                    **OLLAMA_ENV,
                     "OVERVIEW_SUMMARIES": "off",
                 },
             ) as worker,

@@ -29,17 +29,15 @@ def main() -> None:
     from rag_worker.schemas import ChatRequest, parse
     from rag_worker.services import Services
     from rag_worker.settings import Settings
-    from tests.ollama_server import FakeOllama
+    from tests.ollama_server import OLLAMA_ENV, FakeOllama
     from tests.servers import ROOT
 
     base = ROOT / ".cache" / "bench" / f"pipeline_overhead_{args.chunks}"
     n_chunks = build_index(base / "index_store", args.chunks)
-    with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake:
+    with FakeOllama() as fake:
         env = {
             "OLLAMA_HOST": fake.url,
-            "LLM_BACKEND": "ollama",
-            "GENERATION_MODEL": "qwen3:8b",
-            "UTILITY_MODEL": "qwen3:0.6b",
+            **OLLAMA_ENV,
             "INDEX_STORE": str(base / "index_store"),
             "TORCH_THREADS": "1",
         }

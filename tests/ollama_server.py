@@ -30,6 +30,10 @@ from typing import Any
 Responder = Callable[[str, list[dict], dict], str]
 
 VERSION = "0.12.6"
+# The models the fake serves by default, and what a worker (or gateway test stack) is given to use them through
+# the Ollama backend: `{"OLLAMA_HOST": fake.url, **OLLAMA_ENV}`.
+MODELS = ["qwen3:8b", "qwen3:0.6b"]
+OLLAMA_ENV = {"LLM_BACKEND": "ollama", "GENERATION_MODEL": MODELS[0], "UTILITY_MODEL": MODELS[1]}
 EMBED_DIMS = 384
 STREAM_ERROR = "an error was encountered while running the model"
 
@@ -127,7 +131,7 @@ class FakeOllama:
         host: str = "127.0.0.1",
         port: int = 0,
     ):
-        self.models: list[str] = list(models if models is not None else ["qwen3:8b", "qwen3:0.6b"])
+        self.models: list[str] = list(models if models is not None else MODELS)
         self.token_delay_s = token_delay_s
         self.fail_after_tokens: int | None = None  # drop the connection after N pieces, no final line
         self.error_after_tokens: int | None = None  # send an {"error"} line after N pieces
@@ -565,7 +569,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=11434)
     parser.add_argument("--tokens-per-second", type=float, default=20.0, help="0 for no delay")
-    parser.add_argument("--models", default="qwen3:8b,qwen3:0.6b", help="comma-separated model tags")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated model tags")
     args = parser.parse_args(argv)
     delay = 1.0 / args.tokens_per_second if args.tokens_per_second > 0 else 0.0
     fake = FakeOllama(

@@ -17,8 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import OLLAMA_ENV
-from tests.ollama_server import FakeOllama
+from tests.ollama_server import OLLAMA_ENV, FakeOllama
 from tests.servers import gateway_process, worker_process
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import OLLAMA_ENV
-from tests.ollama_server import FakeOllama
+from tests.ollama_server import OLLAMA_ENV, FakeOllama
 from tests.servers import worker_process
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ollama_server import FakeOllama
+from tests.ollama_server import OLLAMA_ENV, FakeOllama
 from tests.servers import ROOT, gateway_process, worker_process
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -36,7 +36,7 @@ TOKEN_DELAY_S = 0.06  # slow enough that the answer visibly grows in several ren
 
 @pytest.fixture(scope="module")
 def fake_ollama():
-    with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"], token_delay_s=TOKEN_DELAY_S) as fake:
+    with FakeOllama(token_delay_s=TOKEN_DELAY_S) as fake:
         yield fake
 
 
@@ -57,9 +57,7 @@ def stack(tmp_path_factory, fake_ollama):
     tmp = tmp_path_factory.mktemp("e2e")
     env = {
         "OLLAMA_HOST": fake_ollama.url,
-        "LLM_BACKEND": "ollama",
-        "GENERATION_MODEL": "qwen3:8b",
-        "UTILITY_MODEL": "qwen3:0.6b",
+        **OLLAMA_ENV,
         "SSE_KEEPALIVE_S": "2",
     }
     with worker_process(tmp, env=env) as worker, gateway_process(tmp, worker_url=worker.url) as gateway:

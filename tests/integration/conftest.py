@@ -7,18 +7,16 @@ import os
 import pytest
 
 from tests.corpus import corpus_copy
-from tests.ollama_server import FakeOllama
+from tests.ollama_server import OLLAMA_ENV, FakeOllama
 from tests.servers import worker_process
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-OLLAMA_ENV = {"LLM_BACKEND": "ollama", "GENERATION_MODEL": "qwen3:8b", "UTILITY_MODEL": "qwen3:0.6b"}
-
 
 @pytest.fixture(scope="session")
 def fake_ollama_server():
-    with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake:
+    with FakeOllama() as fake:
         yield fake
 
 

@@ -13,19 +13,18 @@ import httpx
 import pytest
 
 from tests.integration.ops.postgres import database_urls, fresh_database
-from tests.ollama_server import FakeOllama
+from tests.ollama_server import OLLAMA_ENV, FakeOllama
 from tests.servers import gateway_process, worker_process
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-OLLAMA_ENV = {"LLM_BACKEND": "ollama", "GENERATION_MODEL": "qwen3:8b", "UTILITY_MODEL": "qwen3:0.6b"}
 MAX_UPLOAD_BYTES = 256 * 1024
 
 
 @pytest.fixture(scope="module")
 def ollama_server():
-    with FakeOllama(models=["qwen3:8b", "qwen3:0.6b"]) as fake:
+    with FakeOllama() as fake:
         yield fake
 
 

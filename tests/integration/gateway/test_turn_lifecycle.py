@@ -16,10 +16,9 @@ import time
 import httpx
 import pytest
 
-from tests.integration.gateway.conftest import OLLAMA_ENV
 from tests.integration.gateway.helpers import DUCK, events, register, stream_turn, wait_idle
 from tests.integration.ops.postgres import database_urls, fresh_database
-from tests.ollama_server import FakeOllama, default_responder
+from tests.ollama_server import OLLAMA_ENV, FakeOllama, default_responder
 from tests.servers import gateway_process, worker_process
 
 STALE_S = 3.0  # TURN_LOCK_STALE_S for these gateways: a crashed turn frees its chat after this

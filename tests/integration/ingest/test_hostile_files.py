@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from tests.hostile import many_page_pdf, xlsx_declaring
-from tests.integration.conftest import OLLAMA_ENV
 from tests.integration.ingest.helpers import documents, start_worker, upload
+from tests.ollama_server import OLLAMA_ENV
 
 MB = 1024 * 1024
 

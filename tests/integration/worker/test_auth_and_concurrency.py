@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.integration.conftest import OLLAMA_ENV
+from tests.ollama_server import OLLAMA_ENV
 from tests.servers import worker_process
 
 KEY = "s3cret-key-for-tests"

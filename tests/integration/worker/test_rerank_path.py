@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.integration.conftest import OLLAMA_ENV
+from tests.ollama_server import OLLAMA_ENV
 from tests.servers import worker_process
 from tests.sse import post_events
 from tests.tiny_models import build_cross_encoder

@@ -10,8 +10,7 @@ import httpx
 import pytest
 
 from rag_worker.pipeline.prompts import DEFAULTS
-from tests.integration.conftest import OLLAMA_ENV
-from tests.ollama_server import default_responder
+from tests.ollama_server import OLLAMA_ENV, default_responder
 from tests.servers import worker_process
 from tests.sse import post_events
 

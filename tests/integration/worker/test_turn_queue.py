@@ -13,8 +13,7 @@ import httpx
 import pytest
 
 from rag_worker.pipeline.prompts import prompt
-from tests.integration.conftest import OLLAMA_ENV
-from tests.ollama_server import default_responder
+from tests.ollama_server import OLLAMA_ENV, default_responder
 from tests.servers import SHARED, gateway_process, worker_process
 from tests.sse import parse_lines
 
