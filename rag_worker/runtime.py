@@ -40,3 +40,30 @@ def cooperative_sleep(seconds: float) -> None:
         import time
 
         time.sleep(seconds)
+
+
+_pool = None
+
+
+def offload_all(calls: list[Callable[[], T]]) -> list[T]:
+    """Run the calls at once in native threads and return their results in order (the first failure is raised
+    once all have ended). LanceDB releases the GIL, so a hybrid search's two legs take as long as the slower one
+    rather than both together (docs/benchmarks.md, "ANN sweep")."""
+    if len(calls) < 2:
+        return [offload(fn) for fn in calls]
+    if gevent_active():
+        import gevent
+
+        pool = gevent.get_hub().threadpool
+        pending = [pool.spawn(fn) for fn in calls]
+        gevent.wait(pending)
+        return [p.get() for p in pending]
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="offload")
+    futures = [_pool.submit(fn) for fn in calls]
+    for f in futures:
+        f.exception()  # wait for every call, so none is still running when this raises
+    return [f.result() for f in futures]

@@ -48,7 +48,7 @@ import pyarrow as pa
 from .errors import ApiError, BadRequest, EmbedderMismatch, NotFound
 from .locks import native_sleep
 from .names import NAME_RE, STAGED_RE, check_filename, check_name, check_table
-from .runtime import offload
+from .runtime import offload, offload_all
 
 if TYPE_CHECKING:  # pragma: no cover
     from lancedb.table import LanceTable
@@ -536,8 +536,9 @@ class Store:
         fts_text = query if mode in ("hybrid", "fts") and _has_words(query) else None
         where = _in_clause("dataset", filters) if filters else None
         leg_limit = max(limit, HYBRID_LEG_MIN) if mode == "hybrid" else limit
+        fusion_args = {"limit": limit, "fusion": fusion, "rrf_k": rrf_k, "alpha": fusion_alpha}
         try:
-            vec_rows, fts_rows = offload(self._run_legs, tables, qvec, fts_text, where, leg_limit)
+            return self._search_tables(tables, qvec, fts_text, where, leg_limit, fusion_args)
         except ApiError:
             raise
         except Exception:
@@ -546,8 +547,7 @@ class Store:
             fresh = open_tables()
             if all(a is b for (_, a), (_, b) in zip(tables, fresh, strict=True)):
                 raise
-            vec_rows, fts_rows = offload(self._run_legs, fresh, qvec, fts_text, where, leg_limit)
-        return fuse(vec_rows, fts_rows, qvec, limit=limit, fusion=fusion, rrf_k=rrf_k, alpha=fusion_alpha)
+            return self._search_tables(fresh, qvec, fts_text, where, leg_limit, fusion_args)
 
     def neighbours(
         self, index: str, document_id: str, dataset: str, filename: str, chunk_indexes: list[int]
@@ -900,6 +900,57 @@ class Store:
 
     # -- internals: reads -----------------------------------------------------------------------------------
 
+    def _search_tables(
+        self,
+        tables: list[tuple[str, LanceTable]],
+        qvec: np.ndarray | None,
+        fts_text: str | None,
+        where: str | None,
+        leg_limit: int,
+        fusion_args: dict,
+    ) -> list[Hit]:
+        if qvec is not None and fts_text is not None and leg_limit > fusion_args["limit"]:
+            # Late materialisation: both legs return row ids and scores only (the FTS leg its vectors too, for the
+            # fusions' cosine), and the hit columns are read for the fused top `limit` alone. Reading a column
+            # costs per row fetched at 1M chunks (docs/benchmarks.md, "ANN sweep"), and the legs fetch 100 each.
+            vec_rows, fts_rows = self._run_legs(tables, qvec, fts_text, where, leg_limit, slim=True)
+            hits = fuse(vec_rows, fts_rows, qvec, **fusion_args)
+            row_ids = {(name, row["id"]): row["_rowid"] for name, row in (*vec_rows, *fts_rows)}
+            if self._materialise(tables, hits, row_ids):
+                return hits
+            # A compaction moved rows between the legs and the read of their columns: whole rows, once more.
+        vec_rows, fts_rows = self._run_legs(tables, qvec, fts_text, where, leg_limit)
+        return fuse(vec_rows, fts_rows, qvec, **fusion_args)
+
+    def _materialise(
+        self, tables: list[tuple[str, LanceTable]], hits: list[Hit], row_ids: dict[tuple[str, str], int]
+    ) -> bool:
+        """Fill the hits' columns (and missing vectors) from their tables by row id; False when a row is gone or
+        its id differs, i.e. the table was compacted since the legs ran (row ids are only stable until then)."""
+        by_table = dict(tables)
+        calls = []
+        for name in dict.fromkeys(h.index for h in hits):
+            ids = [row_ids[(name, h.id)] for h in hits if h.index == name]
+            query = by_table[name].take_row_ids(ids).select([*_HIT_COLUMNS, "vector"]).with_row_id()
+            calls.append(lambda q=query, n=name: (n, q.to_arrow()))
+        rows: dict[tuple[str, int], dict] = {}
+        try:
+            for name, data in offload_all(calls):
+                rows.update(((name, r["_rowid"]), r) for r in _rows(data))
+        except Exception as exc:  # a fragment those row ids point into was compacted away
+            log.info("search: reading the fused hits by row id failed, searching again: %s", exc)
+            return False
+        for hit in hits:
+            row = rows.get((hit.index, row_ids[(hit.index, hit.id)]))
+            if row is None or row["id"] != hit.id:
+                return False
+            full = _hit(hit.index, row)
+            for column in ("document_id", "filename", "dataset", "page", "chunk_index", "text", "metadata"):
+                setattr(hit, column, getattr(full, column))
+            if hit.vector is None and row.get("vector") is not None:
+                hit.vector = row["vector"]
+        return True
+
     def _run_legs(
         self,
         tables: list[tuple[str, LanceTable]],
@@ -907,35 +958,54 @@ class Store:
         fts_text: str | None,
         where: str | None,
         leg_limit: int,
+        *,
+        slim: bool = False,
     ) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
+        """Each table's vector and FTS legs, all at once in native threads; `slim`: ids, row ids and scores only
+        (plus the FTS rows' vectors), the hit columns left for `_materialise`."""
         from lancedb.query import MatchQuery
 
-        vec_rows: list[tuple[str, dict]] = []
-        fts_rows: list[tuple[str, dict]] = []
+        hit_columns = ["id"] if slim else _HIT_COLUMNS
+
+        def vector_leg(name: str, table: LanceTable) -> tuple[str, list[tuple[str, dict]]]:
+            q = table.search(qvec, query_type="vector", vector_column_name="vector").distance_type("cosine")
+            # Only used when the table has an ANN index: partitions probed, and candidates re-scored exactly.
+            q = q.nprobes(self.ann_nprobes)
+            if self.ann_refine_factor:
+                q = q.refine_factor(self.ann_refine_factor)
+            if where:
+                q = q.where(where, prefilter=True)
+            # A slim leg leaves the vectors to `_materialise`: only the fused top needs them.
+            columns = [*hit_columns, *([] if slim else ["vector"]), "_distance"]
+            q = q.select(columns).limit(leg_limit)
+            if slim:
+                q = q.with_row_id(True)
+            return "vector", [(name, r) for r in _rows(q.to_arrow())]
+
+        def fts_leg(name: str, table: LanceTable) -> tuple[str, list[tuple[str, dict]]]:
+            # A MatchQuery is a plain bag of terms (OR): quotes, colons, parentheses and AND/OR typed by a user are
+            # never parsed as query syntax, so no input can make the search raise.
+            q = table.search(MatchQuery(fts_text, "text"), query_type="fts")
+            if where:
+                q = q.where(where, prefilter=True)
+            # In hybrid mode the stored vectors come along: a chunk only this leg found still gets its exact
+            # cosine similarity, which the score fusions need (and the relevance check would else re-embed).
+            columns = [*hit_columns, "_score", *(["vector"] if qvec is not None else [])]
+            q = q.select(columns).limit(leg_limit)
+            if slim:
+                q = q.with_row_id(True)
+            return "fts", [(name, r) for r in _rows(q.to_arrow())]
+
+        calls = []
         for name, table in tables:
             if qvec is not None:
-                q = table.search(qvec, query_type="vector", vector_column_name="vector").distance_type(
-                    "cosine"
-                )
-                # Only used when the table has an ANN index: partitions probed, and candidates re-scored exactly.
-                q = q.nprobes(self.ann_nprobes)
-                if self.ann_refine_factor:
-                    q = q.refine_factor(self.ann_refine_factor)
-                if where:
-                    q = q.where(where, prefilter=True)
-                rows = _rows(q.select([*_HIT_COLUMNS, "vector", "_distance"]).limit(leg_limit).to_arrow())
-                vec_rows.extend((name, r) for r in rows)
+                calls.append(lambda n=name, t=table: vector_leg(n, t))
             if fts_text is not None:
-                # A MatchQuery is a plain bag of terms (OR): quotes, colons, parentheses and AND/OR typed by a
-                # user are never parsed as query syntax, so no input can make the search raise.
-                q = table.search(MatchQuery(fts_text, "text"), query_type="fts")
-                if where:
-                    q = q.where(where, prefilter=True)
-                # In hybrid mode the stored vectors come along: a chunk only this leg found still gets its exact
-                # cosine similarity, which the score fusions need (and the relevance check would else re-embed).
-                columns = [*_HIT_COLUMNS, "_score", *(["vector"] if qvec is not None else [])]
-                rows = _rows(q.select(columns).limit(leg_limit).to_arrow())
-                fts_rows.extend((name, r) for r in rows)
+                calls.append(lambda n=name, t=table: fts_leg(n, t))
+        vec_rows: list[tuple[str, dict]] = []
+        fts_rows: list[tuple[str, dict]] = []
+        for leg, rows in offload_all(calls):
+            (vec_rows if leg == "vector" else fts_rows).extend(rows)
         # Across several tables each leg is merged by its own score before ranks are assigned.
         vec_rows.sort(key=lambda nr: nr[1]["_distance"])
         fts_rows.sort(key=lambda nr: -nr[1]["_score"])
@@ -1022,14 +1092,15 @@ def _hit(index: str, row: dict) -> Hit:
         metadata = json.loads(row.get("metadata") or "{}")
     except ValueError:
         metadata = {}
+    # A slim leg's row has its id only; `Store._materialise` fills in the rest for the hits that are kept.
     return Hit(
         id=row["id"],
-        document_id=row["document_id"],
-        filename=row["filename"],
-        dataset=row["dataset"],
+        document_id=row.get("document_id", ""),
+        filename=row.get("filename", ""),
+        dataset=row.get("dataset", ""),
         page=row.get("page"),
-        chunk_index=int(row["chunk_index"]),
-        text=row["text"],
+        chunk_index=int(row.get("chunk_index", 0)),
+        text=row.get("text", ""),
         metadata=metadata if isinstance(metadata, dict) else {},
         index=index,
     )

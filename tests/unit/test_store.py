@@ -365,6 +365,47 @@ def test_search_across_several_indexes(filled):
     assert vacation[0].index == "default"
 
 
+def test_hybrid_hits_carry_their_own_rows_when_a_compaction_lands_mid_search(filled, monkeypatch):
+    """Hybrid legs return row ids and scores, and the fused top's columns are read by row id afterwards. A write
+    landing in between compacts the table (every write does) and moves every row: the search must still return
+    each chunk's own text and place, never another row's, and never fail."""
+    legs = filled._run_legs
+    slim_calls = []
+
+    def legs_then_another_write(*args, **kwargs):
+        out = legs(*args, **kwargs)
+        slim_calls.append(kwargs.get("slim", False))
+        if kwargs.get("slim"):
+            extra = ["Pods are restarted by the scheduler when their health check fails."]
+            filled.add_chunks("default", rows_for("eng", "pods.md", extra, embedder=filled.embedder))
+        return out
+
+    monkeypatch.setattr(filled, "_run_legs", legs_then_another_write)
+    hits = filled.search("default", "how many vacation days do employees get", mode="hybrid", limit=5)
+    assert hits[0].text == CORPUS[("hr", "leave.md")][0]
+    for h in hits:
+        assert h.text == CORPUS[(h.dataset, h.filename)][h.chunk_index]
+        assert h.metadata == {"heading": f"part {h.chunk_index}"} and h.vector is not None
+    # The row ids the slim legs returned had moved, so the legs ran again on whole rows.
+    assert slim_calls == [True, False]
+
+
+def test_hybrid_hits_are_the_same_as_whole_row_legs_give(filled):
+    """Late materialisation changes what is read, not what is found: every field of every hit, as fusing legs
+    that read whole rows gives it."""
+    from rag_worker.store import fuse
+
+    for query in ("how many vacation days do employees get", "contract liability", "blue-green rollback"):
+        got = filled.search("default", query, mode="hybrid", limit=4, fusion="zscore")
+        qvec = filled.embedder.embed_query(query)
+        tables = [("default", filled._require("default"))]
+        vec_rows, fts_rows = filled._run_legs(tables, qvec, query, None, 100)
+        want = fuse(vec_rows, fts_rows, qvec, limit=4, fusion="zscore", rrf_k=10, alpha=0.5)
+        assert [h.to_dict() for h in got] == [h.to_dict() for h in want]
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g.vector, w.vector)
+
+
 def test_neighbours_returns_requested_chunks_in_order(filled):
     chunks = CORPUS[("hr", "leave.md")]
     doc_id = digest("\n".join(chunks))
