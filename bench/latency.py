@@ -2,13 +2,15 @@
 
     .venv/bin/python -m bench.latency [--sizes 10000 100000 1000000] [--queries 50] [--index-types IVF_PQ]
     .venv/bin/python -m bench.latency --sizes 200000 --index-types IVF_HNSW_SQ IVF_PQ --partitions 0 256 \
-        --nprobes 5 10 20 --refine 0 2 5 10      # the ANN sweep
+        --nprobes 5 10 20 --refine 0 1 2 10 --ef 0 200      # the ANN sweep
+    .venv/bin/python -m bench.latency --sizes 1000000 --reuse --ef 0 150 200 300   # again on the same table
 
 One LanceDB table grows through the sizes (written with the Store's own schema and row checks; bulk appends
 rather than per-document commits, which would take hours at 1M). Rows: the SciFact chunk vectors the retrieval
 benchmark cached (`.cache/bench/vectors.sqlite`), each copy past the real corpus jittered with Gaussian noise and
 re-normalised, so the vectors keep the clustered shape of real embeddings (random vectors when the cache is
-empty); texts are SciFact abstracts, cycled. Queries: SciFact test queries, embedded by the worker's embedder.
+empty); texts are SciFact abstracts, cycled; documents of two chunks (see `append`). Queries: SciFact test
+queries, embedded by the worker's embedder.
 
 At each size, for each query:
 - numpy: exact cosine top-50 over an in-memory float32 matrix of the same vectors (argpartition), the floor;
@@ -18,14 +20,17 @@ At each size, for each query:
 p50 / p95 are per query, in milliseconds, after one warm-up query.
 
 The sweep: every index type is built with every `--partitions` (0: LanceDB's default), and each build is then
-searched with every `--nprobes` x `--refine` (refine_factor; 0: none), set on the store as ANN_NPROBES and
-ANN_REFINE_FACTOR would; the speed-ups are p50 ratios against NumPy's exact scan in the same run.
+searched with every `--nprobes` x `--refine` (refine_factor; 0: none) x `--ef` (HNSW candidates; 0: LanceDB's
+default), set on the store as ANN_NPROBES, ANN_REFINE_FACTOR and ANN_EF would; the speed-ups are p50 ratios
+against NumPy's exact scan in the same run. `--reuse` (one size) keeps the table and index an earlier run with
+the same arguments left, so a search-time sweep needs no rebuild (LanceDB's exact scan is then not timed).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
@@ -45,7 +50,7 @@ SCIFACT = ROOT.parent / "shared" / "eval" / "scifact"
 INDEX = "latency"
 TOP = 30  # RETRIEVAL_CANDIDATES default: what /chat asks the stage for
 CHUNKS_PER_DOC = 2  # SciFact: 11,226 chunks of 5,183 abstracts
-LAYOUT = 2  # of the rows `append` writes; a reused table must have been written with this one
+LAYOUT = 3  # of the rows `append` writes; a reused table must have been written with this one
 
 
 def base_vectors(cache: Path, dim: int) -> np.ndarray:
@@ -91,7 +96,7 @@ def append(store, table, texts: list[str], vectors: np.ndarray, start: int) -> N
     ids = [row_id(r) for r in rows]
     docs = [r // CHUNKS_PER_DOC for r in rows]
     schema = table_schema(store.embedder.dim, store.own_marker)
-    body = [texts[d % len(texts)] for d in docs]
+    body = [texts[r % len(texts)] for r in rows]  # a document's chunks differ, as real ones do
     data = {
         "id": ids,
         "doc_key": [hashlib.sha256(f"synthetic/doc{d}.txt".encode()).hexdigest()[:40] for d in docs],
@@ -153,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", nargs="+", type=int, default=[0], help="IVF partitions (0: default)")
     parser.add_argument("--nprobes", nargs="+", type=int, default=None, help="default: the store's")
     parser.add_argument("--refine", nargs="+", type=int, default=None, help="default: the store's")
+    parser.add_argument(
+        "--ef", nargs="+", type=int, default=None, help="HNSW ef (0: LanceDB's); default: the store's"
+    )
     parser.add_argument("--dir", type=Path, default=ROOT / ".cache" / "bench" / "latency")
     parser.add_argument("--vectors", type=Path, default=ROOT / ".cache" / "bench" / "vectors.sqlite")
     parser.add_argument("--json", type=Path, default=None)
@@ -213,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     print("|---:|---|---:|---|---|---:|---|", flush=True)
-    saved_search = (store.ann_nprobes, store.ann_refine_factor)
+    saved_search = (store.ann_nprobes, store.ann_refine_factor, store.ann_ef)
     for size in sorted(args.sizes):
         t0 = time.monotonic()
         while have < size:
@@ -246,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             _row(size, *entry, np_p50, rows)
         nprobes = args.nprobes or [store.ann_nprobes]
         refines = args.refine if args.refine is not None else [store.ann_refine_factor]
+        efs = args.ef if args.ef is not None else [store.ann_ef]
         for kind in args.index_types:
             for parts in args.partitions:
                 t1 = time.monotonic()
@@ -256,16 +265,15 @@ def main(argv: list[str] | None = None) -> int:
                     if size == stamp["size"]:
                         stamp_path.write_text(json.dumps({**stamp, "ann": [kind, parts]}))
                     old = {}
-                for probes in nprobes:
-                    for refine in refines:
-                        store.ann_nprobes, store.ann_refine_factor = probes, refine
-                        v_times, v_res = time_store(store, queries, qvecs, "vector")
-                        h_times, _ = time_store(store, queries, qvecs, "hybrid")
-                        name = f"lancedb {kind} p={parts or 'default'} nprobes={probes} refine={refine}"
-                        report.append((name, built, v_times, h_times, recall10(v_res, truth)))
-                        _row(size, *report[-1], np_p50, rows)
-                        built = None
-        store.ann_nprobes, store.ann_refine_factor = saved_search
+                for probes, refine, ef in itertools.product(nprobes, refines, efs):
+                    store.ann_nprobes, store.ann_refine_factor, store.ann_ef = probes, refine, ef
+                    v_times, v_res = time_store(store, queries, qvecs, "vector")
+                    h_times, _ = time_store(store, queries, qvecs, "hybrid")
+                    name = f"lancedb {kind} p={parts or 'default'} nprobes={probes} refine={refine} ef={ef}"
+                    report.append((name, built, v_times, h_times, recall10(v_res, truth)))
+                    _row(size, *report[-1], np_p50, rows)
+                    built = None
+        store.ann_nprobes, store.ann_refine_factor, store.ann_ef = saved_search
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

@@ -61,6 +61,7 @@ class Services:
             ann_min_rows=s.ann_min_rows,
             ann_nprobes=s.ann_nprobes,
             ann_refine_factor=s.ann_refine_factor,
+            ann_ef=s.ann_ef,
             index_cache_mb=s.lancedb_index_cache_mb,
             metadata_cache_mb=s.lancedb_metadata_cache_mb,
         )

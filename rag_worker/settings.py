@@ -77,10 +77,11 @@ class Settings(BaseSettings):
     rrf_k: int = Field(default=10, ge=1, alias="RRF_K")
     chunk_tokens: int = Field(default=256, alias="CHUNK_TOKENS")
     # A table reaching this many chunks gets an ANN vector index (0: never); below it the exact scan is fast
-    # enough. NPROBES / REFINE_FACTOR trade its speed for recall. Measured in docs/benchmarks.md.
+    # enough. NPROBES / REFINE_FACTOR / EF trade its speed for recall. Measured in docs/benchmarks.md.
     ann_min_rows: int = Field(default=50_000, alias="ANN_MIN_ROWS")
-    ann_nprobes: int = Field(default=20, alias="ANN_NPROBES")
-    ann_refine_factor: int = Field(default=10, alias="ANN_REFINE_FACTOR")
+    ann_nprobes: int = Field(default=10, alias="ANN_NPROBES")
+    ann_refine_factor: int = Field(default=1, alias="ANN_REFINE_FACTOR")
+    ann_ef: int = Field(default=200, alias="ANN_EF")
 
     # Ingestion (rag_worker/ingest). PDFs use Docling's model-free native pipeline unless this points at local
     # layout models, which switches them to the standard layout pipeline.

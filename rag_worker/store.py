@@ -100,8 +100,13 @@ FTS_CONFIG = {
 # enough and exact; past it the index is built once, and later writes are folded into it by `optimize()`.
 ANN_INDEX_TYPE = "IVF_HNSW_SQ"
 ANN_MIN_ROWS = 50_000
-ANN_NPROBES = 20
-ANN_REFINE_FACTOR = 10
+ANN_NPROBES = 10
+ANN_REFINE_FACTOR = 1
+# HNSW candidates examined per query in each probed partition (LanceDB's `ef`); 0: LanceDB's default, 1.5 x the
+# rows asked for (and with a refine factor, 1.5 x limit x factor). The 1M-chunk sweep (docs/benchmarks.md): recall
+# is bounded by ef, not by the partitions probed or SQ's quantisation; ef 200 and an exact re-scoring of the rows
+# returned (refine 1) gave recall@10 0.985, against 0.992 for the earlier refine 10 that read 10x the vectors.
+ANN_EF = 200
 
 
 @dataclass
@@ -196,6 +201,7 @@ class Store:
         ann_min_rows: int = ANN_MIN_ROWS,
         ann_nprobes: int = ANN_NPROBES,
         ann_refine_factor: int = ANN_REFINE_FACTOR,
+        ann_ef: int = ANN_EF,
         index_cache_mb: int = INDEX_CACHE_MB,
         metadata_cache_mb: int = METADATA_CACHE_MB,
     ):
@@ -208,6 +214,7 @@ class Store:
         self.ann_min_rows = int(ann_min_rows)
         self.ann_nprobes = max(1, int(ann_nprobes))
         self.ann_refine_factor = max(0, int(ann_refine_factor))
+        self.ann_ef = max(0, int(ann_ef))
         # Consistency interval 0: every read checks for a newer version, so writes made by another process (the
         # indexing CLI, a second worker) are seen at once; on local disk that check is a cheap listing.
         # Bounded caches: every commit makes a new table version, and Lance's defaults (GiBs) let the cached
@@ -973,6 +980,8 @@ class Store:
             q = q.nprobes(self.ann_nprobes)
             if self.ann_refine_factor:
                 q = q.refine_factor(self.ann_refine_factor)
+            if self.ann_ef:  # LanceDB refuses an ef below the candidates it is asked for
+                q = q.ef(max(self.ann_ef, leg_limit * max(1, self.ann_refine_factor)))
             if where:
                 q = q.where(where, prefilter=True)
             # A slim leg leaves the vectors to `_materialise`: only the fused top needs them.
