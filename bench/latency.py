@@ -16,7 +16,8 @@ At each size, for each query:
 - numpy: exact cosine top-50 over an in-memory float32 matrix of the same vectors (argpartition), the floor;
 - the store's search (`Store.search`, what `retrieve.search` calls) in vector mode and in hybrid mode, first
   with no vector index (LanceDB's exact scan), then with each ANN index type (built through `Store.build_ann`,
-  timed), and its recall@10 against the exact top 10.
+  timed), and its recall@10 against the exact top 10; "leg recall@100": the same search 100 deep (a hybrid
+  search's vector leg, HYBRID_LEG_MIN) against the exact top 100, untimed.
 p50 / p95 are per query, in milliseconds, after one warm-up query.
 
 The sweep: every index type is built with every `--partitions` (0: LanceDB's default), and each build is then
@@ -149,6 +150,18 @@ def recall10(got: list[list[str]], truth: list[list[str]]) -> float:
     return statistics.mean(len(set(g[:10]) & set(t[:10])) / 10 for g, t in zip(got, truth, strict=True))
 
 
+def leg_recall(store, queries: list[str], qvecs: np.ndarray, matrix: np.ndarray) -> float:
+    """Recall of the hybrid mode's vector leg (HYBRID_LEG_MIN chunks deep) against the exact top as deep."""
+    from rag_worker.store import HYBRID_LEG_MIN as depth
+
+    found = []
+    for q, v in zip(queries, qvecs, strict=True):
+        exact = np.argpartition(-(matrix @ v), depth)[:depth]
+        hits = store.search(INDEX, q, mode="vector", vector=v, limit=depth)
+        found.append(len({h.id for h in hits} & {row_id(int(i)) for i in exact}) / depth)
+    return statistics.mean(found)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", type=int, default=[10_000, 100_000, 1_000_000])
@@ -216,11 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     have = 0
     rows: list[dict] = []
     print(
-        "| chunks | search | index build s | vector p50 / p95 ms | hybrid p50 / p95 ms | recall@10 "
+        "| chunks | search | index build s | vector p50 / p95 ms | hybrid p50 / p95 ms | recall@10 | leg recall@100 "
         "| vector / hybrid speed-up vs numpy exact |",
         flush=True,
     )
-    print("|---:|---|---:|---|---|---:|---|", flush=True)
+    print("|---:|---|---:|---|---|---:|---:|---|", flush=True)
     saved_search = (store.ann_nprobes, store.ann_refine_factor, store.ann_ef)
     for size in sorted(args.sizes):
         t0 = time.monotonic()
@@ -244,11 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         matrix = np.concatenate(chunks)
 
         np_times, truth = time_numpy(matrix, qvecs)
-        report = [("numpy exact", None, np_times, None, 1.0)]
+        report = [("numpy exact", None, np_times, None, 1.0, 1.0)]
         if not reuse:
             v_times, v_res = time_store(store, queries, qvecs, "vector")
             h_times, _ = time_store(store, queries, qvecs, "hybrid")
-            report.append(("lancedb exact", None, v_times, h_times, recall10(v_res, truth)))
+            report.append(("lancedb exact", None, v_times, h_times, recall10(v_res, truth), 1.0))
         np_p50 = percentiles(np_times)[0]
         for entry in report:
             _row(size, *entry, np_p50, rows)
@@ -270,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                     v_times, v_res = time_store(store, queries, qvecs, "vector")
                     h_times, _ = time_store(store, queries, qvecs, "hybrid")
                     name = f"lancedb {kind} p={parts or 'default'} nprobes={probes} refine={refine} ef={ef}"
-                    report.append((name, built, v_times, h_times, recall10(v_res, truth)))
+                    deep = leg_recall(store, queries, qvecs, matrix)
+                    report.append((name, built, v_times, h_times, recall10(v_res, truth), deep))
                     _row(size, *report[-1], np_p50, rows)
                     built = None
         store.ann_nprobes, store.ann_refine_factor, store.ann_ef = saved_search
@@ -279,16 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _row(size, name, built, vt, ht, rec, np_p50, rows) -> None:
+def _row(size, name, built, vt, ht, rec, deep, np_p50, rows) -> None:
     vp = "{:.1f} / {:.1f}".format(*percentiles(vt))
     hp = "{:.1f} / {:.1f}".format(*percentiles(ht)) if ht else "n/a"
     b = f"{built:.0f}" if built is not None else ""
     speed = f"{np_p50 / percentiles(vt)[0]:.1f}x"
     speed += f" / {np_p50 / percentiles(ht)[0]:.1f}x" if ht else ""
-    print(f"| {size:,} | {name} | {b} | {vp} | {hp} | {rec:.3f} | {speed} |", flush=True)
+    print(f"| {size:,} | {name} | {b} | {vp} | {hp} | {rec:.3f} | {deep:.3f} | {speed} |", flush=True)
     rows.append(
         {"size": size, "search": name, "build_s": built, "vector_ms": percentiles(vt),
-         "hybrid_ms": percentiles(ht) if ht else None, "recall@10": rec}
+         "hybrid_ms": percentiles(ht) if ht else None, "recall@10": rec, "leg_recall@100": deep}
     )  # fmt: skip
 
 

@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     ann_min_rows: int = Field(default=50_000, alias="ANN_MIN_ROWS")
     ann_nprobes: int = Field(default=10, alias="ANN_NPROBES")
     ann_refine_factor: int = Field(default=1, alias="ANN_REFINE_FACTOR")
-    ann_ef: int = Field(default=200, alias="ANN_EF")
+    ann_ef: int = Field(default=400, alias="ANN_EF")
 
     # Ingestion (rag_worker/ingest). PDFs use Docling's model-free native pipeline unless this points at local
     # layout models, which switches them to the standard layout pipeline.
