@@ -48,7 +48,7 @@ _pool = None
 def offload_all(calls: list[Callable[[], T]]) -> list[T]:
     """Run the calls at once in native threads and return their results in order (the first failure is raised
     once all have ended). LanceDB releases the GIL, so a hybrid search's two legs take as long as the slower one
-    rather than both together (docs/benchmarks.md, "ANN sweep")."""
+    rather than both together (docs/benchmarks.md, "Fourth round")."""
     if len(calls) < 2:
         return [offload(fn) for fn in calls]
     if gevent_active():

@@ -920,7 +920,7 @@ class Store:
         if qvec is not None and fts_text is not None and leg_limit > fusion_args["limit"]:
             # Late materialisation: both legs return row ids and scores only (the FTS leg its vectors too, for the
             # fusions' cosine), and the hit columns are read for the fused top `limit` alone. Reading a column
-            # costs per row fetched at 1M chunks (docs/benchmarks.md, "ANN sweep"), and the legs fetch 100 each.
+            # costs per row fetched at 1M chunks (docs/benchmarks.md, "Fourth round"), and the legs fetch 100 each.
             vec_rows, fts_rows = self._run_legs(tables, qvec, fts_text, where, leg_limit, slim=True)
             hits = fuse(vec_rows, fts_rows, qvec, **fusion_args)
             row_ids = {(name, row["id"]): row["_rowid"] for name, row in (*vec_rows, *fts_rows)}
