@@ -73,6 +73,11 @@ BM25_MIN = 0.0
 # other should still be fused, which a leg cut at `limit` would miss. 100 over 50: +0.004 nDCG@10 on SciFact
 # train, no gain from 200 (docs/benchmarks.md).
 HYBRID_LEG_MIN = 100
+# Lance returns rows with equal scores in no fixed order (its search is multi-threaded; duplicate passages tie
+# exactly), and reciprocal rank fusion ranks them: each leg asks for this many rows past its cut, sorts by score,
+# then table and id, and cuts, so that the same query always gives the same ranks and the same tied rows make the
+# cut. Without it, 10 of SciFact's 300 test queries changed their RRF top 30 between three identical runs.
+LEG_TIE_SLACK = 5
 MAX_LIMIT = 1000
 # Old versions are kept a while so that a reader in another process still holding one does not lose its files.
 CLEANUP_OLDER_THAN = timedelta(hours=1)
@@ -974,6 +979,7 @@ class Store:
         from lancedb.query import MatchQuery
 
         hit_columns = ["id"] if slim else _HIT_COLUMNS
+        fetch = leg_limit + LEG_TIE_SLACK
 
         def vector_leg(name: str, table: LanceTable) -> tuple[str, list[tuple[str, dict]]]:
             q = table.search(qvec, query_type="vector", vector_column_name="vector").distance_type("cosine")
@@ -982,12 +988,12 @@ class Store:
             if self.ann_refine_factor:
                 q = q.refine_factor(self.ann_refine_factor)
             if self.ann_ef:  # LanceDB refuses an ef below the candidates it is asked for
-                q = q.ef(max(self.ann_ef, leg_limit * max(1, self.ann_refine_factor)))
+                q = q.ef(max(self.ann_ef, fetch * max(1, self.ann_refine_factor)))
             if where:
                 q = q.where(where, prefilter=True)
             # A slim leg leaves the vectors to `_materialise`: only the fused top needs them.
             columns = [*hit_columns, *([] if slim else ["vector"]), "_distance"]
-            q = q.select(columns).limit(leg_limit)
+            q = q.select(columns).limit(fetch)
             if slim:
                 q = q.with_row_id(True)
             return "vector", [(name, r) for r in _rows(q.to_arrow())]
@@ -1001,7 +1007,7 @@ class Store:
             # In hybrid mode the stored vectors come along: a chunk only this leg found still gets its exact
             # cosine similarity, which the score fusions need (and the relevance check would else re-embed).
             columns = [*hit_columns, "_score", *(["vector"] if qvec is not None else [])]
-            q = q.select(columns).limit(leg_limit)
+            q = q.select(columns).limit(fetch)
             if slim:
                 q = q.with_row_id(True)
             return "fts", [(name, r) for r in _rows(q.to_arrow())]
@@ -1016,9 +1022,10 @@ class Store:
         fts_rows: list[tuple[str, dict]] = []
         for leg, rows in offload_all(calls):
             (vec_rows if leg == "vector" else fts_rows).extend(rows)
-        # Across several tables each leg is merged by its own score before ranks are assigned.
-        vec_rows.sort(key=lambda nr: nr[1]["_distance"])
-        fts_rows.sort(key=lambda nr: -nr[1]["_score"])
+        # Across several tables each leg is merged by its own score before ranks are assigned; ties by table and
+        # id (LEG_TIE_SLACK).
+        vec_rows.sort(key=lambda nr: (nr[1]["_distance"], nr[0], nr[1]["id"]))
+        fts_rows.sort(key=lambda nr: (-nr[1]["_score"], nr[0], nr[1]["id"]))
         return vec_rows[:leg_limit], fts_rows[:leg_limit]
 
     @staticmethod

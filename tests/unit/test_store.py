@@ -406,6 +406,29 @@ def test_hybrid_hits_are_the_same_as_whole_row_legs_give(filled):
             assert np.array_equal(g.vector, w.vector)
 
 
+@pytest.mark.parametrize("mode", ["fts", "vector", "hybrid"])
+def test_tied_chunks_rank_by_id_and_the_same_ones_make_the_cut(store, mode):
+    """Files holding the same passage tie exactly in both legs. Lance returns tied rows in no fixed order, so ties
+    are ranked by id, over LEG_TIE_SLACK rows past the cut: the same query always gives the same chunks in the same
+    order, and the cut keeps the lowest ids of a tie that many rows deep."""
+    from rag_worker.store import LEG_TIE_SLACK
+
+    limit = 3
+    text = "The quarterly audit of the expense ledger is due in the second week of April."
+    for i in range(limit + LEG_TIE_SLACK):
+        store.add_chunks("default", rows_for("fin", f"copy{i:02d}.md", [text], embedder=store.embedder))
+    store.add_chunks(
+        "default", rows_for("fin", "other.md", ["Lunch is served at noon."], embedder=store.embedder)
+    )
+    query = "quarterly audit ledger"
+    runs = [
+        [h.id for h in store.search("default", query, mode=mode, limit=limit, rrf_k=60)] for _ in range(5)
+    ]
+    assert all(r == runs[0] for r in runs)
+    tied = sorted(h.id for h in store.search("default", query, mode="fts", limit=limit + LEG_TIE_SLACK))
+    assert runs[0] == tied[:limit]
+
+
 def test_neighbours_returns_requested_chunks_in_order(filled):
     chunks = CORPUS[("hr", "leave.md")]
     doc_id = digest("\n".join(chunks))
