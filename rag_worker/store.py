@@ -110,7 +110,7 @@ ANN_REFINE_FACTOR = 1
 # HNSW candidates examined per query in each probed partition (LanceDB's `ef`); 0: LanceDB's default, 1.5 x the
 # rows asked for (and with a refine factor, 1.5 x limit x factor). The 1M-chunk sweep (docs/benchmarks.md): recall
 # is bounded by ef, not by the partitions probed or SQ's quantisation: ef 400 with an exact re-scoring of the rows
-# returned (refine 1) gives recall@10 0.998 (a hybrid leg's recall@100 0.983), as the earlier refine 10 did, which
+# returned (refine 1) gives recall@10 0.998 (a hybrid leg's recall@100 0.991), as the earlier refine 10 did, which
 # re-read 10x the rows' vectors (1,000 random reads for a hybrid leg).
 ANN_EF = 400
 
@@ -958,7 +958,7 @@ class Store:
             if row is None or row["id"] != hit.id:
                 return False
             full = _hit(hit.index, row)
-            for column in ("document_id", "filename", "dataset", "page", "chunk_index", "text", "metadata"):
+            for column in _HIT_COLUMNS:
                 setattr(hit, column, getattr(full, column))
             if hit.vector is None and row.get("vector") is not None:
                 hit.vector = row["vector"]
@@ -981,6 +981,10 @@ class Store:
         hit_columns = ["id"] if slim else _HIT_COLUMNS
         fetch = leg_limit + LEG_TIE_SLACK
 
+        def read(q, columns: list[str]) -> list[dict]:
+            q = q.select(columns).limit(fetch)
+            return _rows((q.with_row_id(True) if slim else q).to_arrow())
+
         def vector_leg(name: str, table: LanceTable) -> tuple[str, list[tuple[str, dict]]]:
             q = table.search(qvec, query_type="vector", vector_column_name="vector").distance_type("cosine")
             # Only used when the table has an ANN index: partitions probed, and candidates re-scored exactly.
@@ -993,10 +997,7 @@ class Store:
                 q = q.where(where, prefilter=True)
             # A slim leg leaves the vectors to `_materialise`: only the fused top needs them.
             columns = [*hit_columns, *([] if slim else ["vector"]), "_distance"]
-            q = q.select(columns).limit(fetch)
-            if slim:
-                q = q.with_row_id(True)
-            return "vector", [(name, r) for r in _rows(q.to_arrow())]
+            return "vector", [(name, r) for r in read(q, columns)]
 
         def fts_leg(name: str, table: LanceTable) -> tuple[str, list[tuple[str, dict]]]:
             # A MatchQuery is a plain bag of terms (OR): quotes, colons, parentheses and AND/OR typed by a user are
@@ -1007,10 +1008,7 @@ class Store:
             # In hybrid mode the stored vectors come along: a chunk only this leg found still gets its exact
             # cosine similarity, which the score fusions need (and the relevance check would else re-embed).
             columns = [*hit_columns, "_score", *(["vector"] if qvec is not None else [])]
-            q = q.select(columns).limit(fetch)
-            if slim:
-                q = q.with_row_id(True)
-            return "fts", [(name, r) for r in _rows(q.to_arrow())]
+            return "fts", [(name, r) for r in read(q, columns)]
 
         calls = []
         for name, table in tables:
