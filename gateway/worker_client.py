@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +13,8 @@ import httpx
 from .errors import ApiError, WorkerFailed
 from .settings import Settings
 from .sse import Frame, read_frames
+
+log = logging.getLogger("gateway.worker")
 
 
 class WorkerUnavailable(ApiError):
@@ -27,7 +30,17 @@ def _worker_error(resp: httpx.Response, body: bytes) -> ApiError:
     message = data.get("error") if isinstance(data, dict) else None
     code = data.get("code") if isinstance(data, dict) else None
     field = data.get("field") if isinstance(data, dict) else None
-    message = message or f"the worker answered HTTP {resp.status_code}"
+    if not message:
+        # Not the worker's own JSON error: something in front of the app (gunicorn refusing the request, a proxy)
+        # answered. The browser gets a generic message; the operator's log keeps what was said.
+        log.warning(
+            "the worker answered HTTP %s to %s %s without a JSON error: %r",
+            resp.status_code,
+            resp.request.method,
+            resp.request.url.path,
+            body[:300],
+        )
+        message = f"the worker answered HTTP {resp.status_code}"
     if resp.status_code in (400, 404, 409, 413, 415, 422):
         return ApiError(message, code=code or "worker_error", field=field, status=resp.status_code)
     if resp.status_code == 503:

@@ -251,7 +251,8 @@ class Store:
         return self._has_table(self._physical(index))
 
     def indexes(self) -> list[str]:
-        tables = set(offload(self._table_names))
+        # LanceDB lists a folder as a table before its first version is committed (_has_table).
+        tables = {n for n in offload(self._table_names) if self._has_table(n)}
         names = {n for n in tables if NAME_RE.fullmatch(n)}
         aliases = self.root / ALIASES
         if aliases.is_dir():
@@ -665,9 +666,16 @@ class Store:
         return target if self._staged_for(target) == index else index
 
     def _has_table(self, name: str) -> bool:
-        """Whether table `name` exists: its folder in the store (what LanceDB's own listing of a local database
-        reads), without a listing of every table through LanceDB's event loop on each request."""
-        return (self.root / f"{name}.lance").is_dir()
+        """Whether table `name` exists: a committed version of it in the store, looked up on disk rather than
+        through a listing of every table in LanceDB's event loop on each request. The table's folder alone is
+        not enough (it is what LanceDB's own listing reads): LanceDB makes the folder before it commits the
+        first version, so while another process creates the table the folder is there and cannot be opened
+        yet ("Table ... was not found")."""
+        try:
+            with os.scandir(self.root / f"{name}.lance" / "_versions") as entries:
+                return any(entry.name.endswith(".manifest") for entry in entries)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
 
     def _open(self, index: str) -> LanceTable | None:
         check_table(index)
@@ -681,7 +689,12 @@ class Store:
             for stale in [n for n in self._tables if n != name and (self._staged_for(n) or n) == index]:
                 self._tables.pop(stale, None)  # swapped out by a rebuild, maybe in another process
                 self._markers.pop(stale, None)
-            table = offload(self._db.open_table, name)
+            try:
+                table = offload(self._db.open_table, name)
+            except ValueError:
+                if self._has_table(name):
+                    raise
+                return None  # dropped by another process since the look above
             self._tables[name] = table
         return table
 

@@ -191,3 +191,54 @@ def test_a_listed_origin_gets_cors_answers_and_others_none(tmp_path):
         "/openapi.json", headers={"Origin": "https://chat.example", "Authorization": "Bearer k2"}
     )
     assert resp.status_code == 200 and resp.headers["Access-Control-Allow-Origin"] == "https://chat.example"
+
+
+# -- an error the worker's app did not write ---------------------------------------------------------------------
+
+
+def test_a_non_json_error_from_in_front_of_the_worker_is_logged_for_the_operator(tmp_path, caplog):
+    """gunicorn refuses a request it cannot parse with an HTML 400 before the app sees it. The browser gets the
+    status and a generic message; the gateway's log keeps what was answered, or nobody can tell why."""
+    import asyncio
+    import http.server
+    import threading
+
+    from gateway.errors import ApiError
+
+    page = b"<html><head><title>Bad Request</title></head><body>Invalid HTTP Version 'HTTP/9'</body></html>"
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's naming)
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(400)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings = GatewaySettings(WORKER_URL=f"http://127.0.0.1:{server.server_port}", INDEX_STORE=tmp_path)
+
+    async def upload() -> ApiError:
+        client = WorkerClient(settings)
+        try:
+            await client.add_document("notes", "default", "a.md", b"# A", "text/markdown")
+        except ApiError as exc:
+            return exc
+        finally:
+            await client.aclose()
+        raise AssertionError("the refusal was taken for a success")
+
+    try:
+        with caplog.at_level("WARNING", logger="gateway.worker"):
+            err = asyncio.run(upload())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert err.status == 400 and err.message == "the worker answered HTTP 400"
+    logged = [r.getMessage() for r in caplog.records if r.name == "gateway.worker"]
+    assert len(logged) == 1 and "/add_document" in logged[0] and "Invalid HTTP Version" in logged[0]

@@ -530,3 +530,17 @@ def test_bad_rows_are_400s(store):
         assert info.value.status == 400
     with pytest.raises(BadRequest):
         store.replace_document("default", dataset="hr", filename="b.md", rows=[good])
+
+
+def test_a_table_another_process_is_still_creating_is_absent_until_a_write_creates_it(store, embedder):
+    # LanceDB makes a table's folder before it commits the first version; another worker process creating the
+    # index leaves this on disk for that moment. Opening it then fails inside LanceDB ("was not found").
+    (store.root / "fresh.lance" / "_versions").mkdir(parents=True)
+    assert not store.exists("fresh")
+    assert "fresh" not in store.indexes()
+    with pytest.raises(NotFound):
+        store.check_compatible("fresh")
+
+    store.add_chunks("fresh", rows_for("hr", "leave.md", CORPUS[("hr", "leave.md")], embedder=embedder))
+    assert store.exists("fresh") and "fresh" in store.indexes()
+    assert [d["filename"] for d in store.list_documents("fresh")] == ["leave.md"]

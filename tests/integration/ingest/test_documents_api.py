@@ -130,6 +130,19 @@ def test_concurrent_uploads_to_one_index_both_land(client, worker):
     assert all(d["chunks"] > 0 for d in docs.values())
 
 
+def test_an_index_another_process_is_still_creating_reads_as_absent_and_an_upload_lands(client, tmp):
+    # LanceDB makes a table's folder before it commits the table's first version: for that moment, this is
+    # what another worker process creating the index leaves on disk. Two processes taking the first uploads of a
+    # new index at once hit it (one upload answered 500 "internal error: ValueError").
+    (tmp / "index_store" / "lancedb" / "creating.lance" / "_versions").mkdir(parents=True)
+    listed = client.get("/get_documents", params={"index": "creating"})
+    assert listed.status_code == 404 and listed.json()["code"] == "index_not_found"
+
+    resp = upload(client, "first.md", b"# First\n\nThe first note names the wombat.", index="creating")
+    assert resp.status_code == 200, resp.text
+    assert set(documents(client, "creating")) == {("default", "first.md")}
+
+
 def test_unicode_and_spaces_in_names_are_kept_for_display(client):
     name = "Zusammenfassung für Büro 2024 – final.md"
     resp = upload(
