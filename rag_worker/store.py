@@ -92,6 +92,15 @@ ALIASES = "aliases"  # folder in the store root: one file per rebuilt index nami
 DOCUMENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _WORD_RE = re.compile(r"\w", re.UNICODE)
 _HIT_COLUMNS = ["id", "document_id", "filename", "dataset", "page", "chunk_index", "text", "metadata"]
+# A hit's fields but its id and text, also packed into one JSON column, `hit`, which the searches read instead of
+# the six columns (as Lucene keeps a document's stored fields together). A Lance read by row id pays per column
+# per row, and a column that is constant across a file (`dataset` in a one-dataset index) decodes a whole page per
+# row: at 1M chunks, 30 hits' six columns cost several ms where the one column costs about one (docs/benchmarks.md,
+# "Fifth round"). The separate columns stay for filters, listings and older readers. Tables made before the column
+# existed lack it and are read column by column (`Store._hit_columns`).
+PACKED = "hit"
+_PACKED_FIELDS = ("document_id", "filename", "dataset", "page", "chunk_index", "metadata")
+_PACKED_COLUMNS = ["id", "text", PACKED]
 # The full-text tokenizer: English stemming is worth +0.03 nDCG@10 of the FTS leg on SciFact, dropping stop words
 # a hair (docs/benchmarks.md). Changing it only affects tables created afterwards.
 FTS_CONFIG = {
@@ -168,6 +177,7 @@ def table_schema(dim: int, marker: dict) -> pa.Schema:
             pa.field("file_bytes", pa.int64()),
             pa.field("indexed_at", pa.string()),
             pa.field("vector", pa.list_(pa.float32(), dim)),
+            pa.field(PACKED, pa.string()),
         ],
         metadata={MARKER_KEY: json.dumps(marker).encode()},
     )
@@ -281,6 +291,7 @@ class Store:
             return 0
         data = self._prepare(rows)
         table = self._writable(index)
+        data = self._conform(table, data)
         offload(self._upsert, table, data, None)
         return data.num_rows
 
@@ -299,6 +310,7 @@ class Store:
         # Embedding (the slow and failure-prone part) happens before anything is written.
         data = self._prepare(rows)
         table = self._writable(index)
+        data = self._conform(table, data)
         where = _doc_filter(dataset, filename)
         removed = offload(self._upsert, table, data, where)
         return data.num_rows, removed
@@ -332,6 +344,7 @@ class Store:
             return []
         data = self._prepare(all_rows)
         table = self._writable(index)
+        data = self._conform(table, data)
         digests = [doc_key(d, f) for d, f in keys]
         where = "doc_key IN (" + ", ".join(f"'{d}'" for d in digests) + ")"
         before = offload(self._upsert_counted, table, data, where, compact)
@@ -374,6 +387,11 @@ class Store:
         rebuild's new table, `<index>.<hex>`)."""
         check_table(index)
         self._writable(index)
+
+    def prepare_rows(self, index: str, rows: list[dict]) -> pa.Table:
+        """Rows validated, embedded where they lack a vector, and laid out as the index's table takes them, for a
+        writer that appends Lance fragments itself (the Ray engine)."""
+        return self._conform(self._require(index), self._prepare(rows))
 
     def table_uri(self, index: str) -> str:
         """Where the table's Lance dataset lives (a folder, or an object-store URI)."""
@@ -493,9 +511,10 @@ class Store:
     def write_rows(self, index: str, data: pa.Table, keys: list[tuple[str, str]]) -> None:
         """Replace the documents `keys` with `data` (rows as `scan_documents` returns them) in one commit."""
         table = self._writable(index)
-        data = data.select(table_schema(self.embedder.dim, self.own_marker).names).cast(
-            table_schema(self.embedder.dim, self.own_marker)
-        )
+        schema = table_schema(self.embedder.dim, self.own_marker)
+        if PACKED not in data.column_names:  # carried over from a table made before the packed column
+            data = data.append_column(PACKED, packed_column(data))
+        data = self._conform(table, data.select(schema.names).cast(schema))
         digests = sorted({doc_key(d, f) for d, f in keys})
         where = "doc_key IN (" + ", ".join(f"'{d}'" for d in digests) + ")" if digests else None
         offload(self._upsert, table, data, where)
@@ -754,7 +773,18 @@ class Store:
                 marker = {}
         field = schema.field("vector") if "vector" in schema.names else None
         marker["table_dim"] = getattr(field.type, "list_size", None) if field is not None else None
+        marker["packed"] = PACKED in schema.names
         return marker
+
+    def _hit_columns(self, table: LanceTable) -> list[str]:
+        """The columns a search reads for a hit: the packed ones, or each on a table made before them."""
+        return _PACKED_COLUMNS if self._marker_of(table).get("packed") else _HIT_COLUMNS
+
+    def _conform(self, table: LanceTable, data: pa.Table) -> pa.Table:
+        """`data` as `table` takes it: without the packed column for a table made before it."""
+        if PACKED in data.column_names and not self._marker_of(table).get("packed"):
+            return data.drop_columns([PACKED])
+        return data
 
     def _check_marker(self, index: str, marker: dict) -> None:
         ours = self.own_marker
@@ -793,6 +823,7 @@ class Store:
                 raise BadRequest(f"row {n}: text must be a string", code="bad_rows")
             if page is not None and (not isinstance(page, int) or isinstance(page, bool)):
                 raise BadRequest(f"row {n}: page must be an integer or null", code="bad_rows")
+            metadata = json.dumps(row.get("metadata") or {}, ensure_ascii=False, default=str)
             clean.append(
                 {
                     "id": str(row.get("id") or chunk_id(dataset, filename, document_id, chunk_index)),
@@ -803,9 +834,10 @@ class Store:
                     "page": page,
                     "chunk_index": chunk_index,
                     "text": text,
-                    "metadata": json.dumps(row.get("metadata") or {}, ensure_ascii=False, default=str),
+                    "metadata": metadata,
                     "file_bytes": int(row.get("file_bytes") or 0),
                     "indexed_at": str(row.get("indexed_at") or ""),
+                    PACKED: _pack(document_id, filename, dataset, page, chunk_index, metadata),
                 }
             )
         ids = [r["id"] for r in clean]
@@ -957,7 +989,8 @@ class Store:
         calls = []
         for name in dict.fromkeys(h.index for h in hits):
             ids = [row_ids[(name, h.id)] for h in hits if h.index == name]
-            query = by_table[name].take_row_ids(ids).select([*_HIT_COLUMNS, "vector"]).with_row_id()
+            columns = [*self._hit_columns(by_table[name]), "vector"]
+            query = by_table[name].take_row_ids(ids).select(columns).with_row_id()
             calls.append(lambda q=query, n=name: (n, q.to_arrow()))
         rows: dict[tuple[str, int], dict] = {}
         try:
@@ -991,7 +1024,7 @@ class Store:
         (plus the FTS rows' vectors), the hit columns left for `_materialise`."""
         from lancedb.query import MatchQuery
 
-        hit_columns = ["id"] if slim else _HIT_COLUMNS
+        hit_columns = {name: ["id"] if slim else self._hit_columns(table) for name, table in tables}
         fetch = leg_limit + LEG_TIE_SLACK
 
         def read(q, columns: list[str]) -> list[dict]:
@@ -1009,7 +1042,7 @@ class Store:
             if where:
                 q = q.where(where, prefilter=True)
             # A slim leg leaves the vectors to `_materialise`: only the fused top needs them.
-            columns = [*hit_columns, *([] if slim else ["vector"]), "_distance"]
+            columns = [*hit_columns[name], *([] if slim else ["vector"]), "_distance"]
             return "vector", [(name, r) for r in read(q, columns)]
 
         def fts_leg(name: str, table: LanceTable) -> tuple[str, list[tuple[str, dict]]]:
@@ -1020,7 +1053,7 @@ class Store:
                 q = q.where(where, prefilter=True)
             # In hybrid mode the stored vectors come along: a chunk only this leg found still gets its exact
             # cosine similarity, which the score fusions need (and the relevance check would else re-embed).
-            columns = [*hit_columns, "_score", *(["vector"] if qvec is not None else [])]
+            columns = [*hit_columns[name], "_score", *(["vector"] if qvec is not None else [])]
             return "fts", [(name, r) for r in read(q, columns)]
 
         calls = []
@@ -1115,11 +1148,46 @@ def _rows(data: pa.Table) -> list[dict]:
     return rows
 
 
+def _pack(
+    document_id: str, filename: str, dataset: str, page: int | None, chunk_index: int, metadata: str
+) -> str:
+    """The packed column's value: the fields as JSON, `metadata` (already JSON) spliced in, not encoded twice."""
+    head = json.dumps(
+        {
+            "document_id": document_id,
+            "filename": filename,
+            "dataset": dataset,
+            "page": page,
+            "chunk_index": chunk_index,
+        },
+        ensure_ascii=False,
+    )
+    return f'{head[:-1]}, "metadata": {metadata}}}'
+
+
+def packed_column(data: pa.Table) -> pa.Array:
+    """The packed column for rows given column by column (read back from a table made before it, or written in
+    bulk by the latency benchmark)."""
+    packed = []
+    for row in data.select(list(_PACKED_FIELDS)).to_pylist():
+        try:
+            metadata = json.dumps(json.loads(row["metadata"] or "{}"), ensure_ascii=False)
+        except ValueError:
+            metadata = "{}"
+        packed.append(_pack(**{**row, "metadata": metadata}))
+    return pa.array(packed, pa.string())
+
+
 def _hit(index: str, row: dict) -> Hit:
-    try:
-        metadata = json.loads(row.get("metadata") or "{}")
-    except ValueError:
-        metadata = {}
+    packed = row.get(PACKED)
+    if packed:  # the fields from the packed column (a table made before it has them each in its own)
+        row = {**row, **json.loads(packed)}
+        metadata = row["metadata"]
+    else:
+        try:
+            metadata = json.loads(row.get("metadata") or "{}")
+        except ValueError:
+            metadata = {}
     # A slim leg's row has its id only; `Store._materialise` fills in the rest for the hits that are kept.
     return Hit(
         id=row["id"],

@@ -170,7 +170,7 @@ class _Preparer:
                 }
                 entries.append(json.dumps(entry, ensure_ascii=False))
             # The same validation and Arrow layout as the local path's write (Store._prepare).
-            data = self.services.store._prepare(rows)
+            data = self.services.store.prepare_rows(self.index, rows)
             fragment = lance.fragment.LanceFragment.create(self.table_uri, data)
             fragment_json = json.dumps(fragment.to_json())
             for n, ((label, prep, attached), entry) in enumerate(zip(prepared, entries, strict=True)):

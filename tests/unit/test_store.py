@@ -544,3 +544,83 @@ def test_a_table_another_process_is_still_creating_is_absent_until_a_write_creat
     store.add_chunks("fresh", rows_for("hr", "leave.md", CORPUS[("hr", "leave.md")], embedder=embedder))
     assert store.exists("fresh") and "fresh" in store.indexes()
     assert [d["filename"] for d in store.list_documents("fresh")] == ["leave.md"]
+
+
+# -- the packed hit column -----------------------------------------------------------------------------------------
+
+QUERIES = ("how many vacation days do employees get", "contract liability", "blue-green rollback")
+STORED = ("id", "document_id", "filename", "dataset", "page", "chunk_index", "text", "metadata", "index")
+
+
+def stored(hit: Hit) -> dict:
+    return {k: getattr(hit, k) for k in STORED}
+
+
+def column_hits(store: Store, index: str) -> dict[str, dict]:
+    """Every chunk as its own columns give it (all that a table made before the packed column holds)."""
+    from rag_worker.store import _HIT_COLUMNS, _hit
+
+    table = store._require(index)
+    return {row["id"]: stored(_hit(index, row)) for row in store._scan(table, None, _HIT_COLUMNS)}
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "fts"])
+def test_hits_read_from_the_packed_column_carry_what_the_columns_hold(store, embedder, mode):
+    from rag_worker.store import PACKED
+
+    meta = {"heading": "Bürozeiten — “Öffnung”", "path": ["A", "B"], "n": 3, "none": None}
+    rows = rows_for("hr", "büro plan.md", CORPUS[("hr", "office.md")], embedder=embedder)
+    rows[1]["metadata"], rows[1]["page"] = meta, 7
+    store.replace_document("default", dataset="hr", filename="büro plan.md", rows=rows)
+    for (dataset, filename), chunks in CORPUS.items():
+        store.add_chunks("default", rows_for(dataset, filename, chunks, embedder=embedder))
+    assert PACKED in store._require("default").schema.names
+    want = column_hits(store, "default")
+    for query in (*QUERIES, "visitors reception desk"):
+        hits = store.search("default", query, mode=mode, limit=5)
+        assert hits and [stored(h) for h in hits] == [want[h.id] for h in hits]
+    top = store.search("default", "visitors must sign in at the reception desk", mode=mode, limit=1)[0]
+    assert (top.filename, top.page, top.metadata) == ("büro plan.md", 7, meta)
+
+
+def test_a_table_made_before_the_packed_column_is_searched_written_and_rebuilt(tmp_path, embedder):
+    """An index written by an older worker has no packed column: it is read column by column, writes leave it
+    without one, and a rebuild's new table gets it."""
+    from rag_worker.store import PACKED
+
+    root = tmp_path / "lancedb"
+    old = Store(root, embedder)
+    for (dataset, filename), chunks in CORPUS.items():
+        old.add_chunks("default", rows_for(dataset, filename, chunks, embedder=embedder))
+    modes = ("hybrid", "vector", "fts")
+    expected = {m: [h.to_dict() for h in old.search("default", QUERIES[0], mode=m, limit=4)] for m in modes}
+    old._require("default").drop_columns([PACKED])
+
+    store = Store(root, embedder)  # a new worker opening the old table
+    assert PACKED not in store._require("default").schema.names
+    for mode, want in expected.items():
+        assert [h.to_dict() for h in store.search("default", QUERIES[0], mode=mode, limit=4)] == want
+
+    parking = ["Parking spaces are assigned by the facilities team each quarter."]
+    store.replace_document(
+        "default",
+        dataset="hr",
+        filename="parking.md",
+        rows=rows_for("hr", "parking.md", parking, embedder=embedder),
+    )
+    store.add_chunks(
+        "default", rows_for("hr", "bikes.md", ["Bicycles go in the basement rack."], embedder=embedder)
+    )
+    assert PACKED not in store._require("default").schema.names
+    top = store.search("default", "who assigns parking spaces", limit=1)[0]
+    assert (top.filename, top.dataset, top.text) == ("parking.md", "hr", parking[0])
+
+    staged = "default.0123456789ab"
+    keys = [(d["dataset"], d["filename"]) for d in store.list_documents("default")]
+    store.write_rows(staged, store.scan_documents("default", keys), keys)
+    assert PACKED in store._require(staged).schema.names
+    want = {k: {**v, "index": staged} for k, v in column_hits(store, "default").items()}
+    assert column_hits(store, staged) == want
+    for mode in modes:
+        hits = store.search(staged, QUERIES[0], mode=mode, limit=4)
+        assert hits and [stored(h) for h in hits] == [want[h.id] for h in hits]
