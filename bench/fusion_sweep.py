@@ -39,7 +39,18 @@ import numpy as np
 from bench import beir
 from bench.retrieval import INDEX, ROOT, ensure_index, filename_for
 
-_KEEP = ("id", "document_id", "filename", "dataset", "page", "chunk_index", "metadata", "_distance", "_score")
+_KEEP = (
+    "id",
+    "document_id",
+    "filename",
+    "dataset",
+    "page",
+    "chunk_index",
+    "metadata",
+    "hit",
+    "_distance",
+    "_score",
+)
 
 
 def legs(services, data: beir.BeirDataset, depth: int, prf_docs: int = 0):

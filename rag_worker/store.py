@@ -16,7 +16,11 @@ Facts this module relies on (verified against lancedb 0.40 by tests/unit/test_st
   by a file lock (rag_worker/locks.py), which keeps the read-modify-write steps around a commit consistent;
 - LanceDB OSS cannot rename a table. A rebuild builds a new table `<index>.<12 hex>` while searches keep using the
   old one, then swaps it in by replacing a one-line alias file (`aliases/<index>`) atomically; a reader resolves
-  the alias on every call, and one that raced with the swap retries once on the new table.
+  the alias on every call, and one that raced with the swap retries once on the new table;
+- LanceDB makes a table's folder before it commits the table's first version, so a table exists once its
+  `_versions` folder holds a manifest (`_has_table`), not when the folder appears;
+- a read of rows by row id pays per column per row, so searches read a hit's fields from one packed column
+  (`PACKED`), not from six.
 
 Filters are SQL strings in LanceDB. They are only ever built here, from values that passed `names.check_name`
 (datasets, indexes), a strict id pattern (document ids), integers, or a sha256 digest of the file name
