@@ -4,6 +4,7 @@ process: the worker's own memory stays where it was and other turns keep streami
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -25,16 +26,28 @@ def worker_process(server) -> psutil.Process:
 
 
 def conversion_job(server, timeout: float = 300) -> psutil.Process:
-    """The process converting a file right now: a child of the worker's sandbox helper."""
+    """The process converting a file right now: a fork of the worker's sandbox helper.
+
+    Only a fork counts (it has the helper's command line): while the helper warms up, Docling's import runs
+    `uname -p` as its child, and stopping that one instead stops the helper before it ever starts the job."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for helper in worker_process(server).children():
-            if "rag_worker.sandbox" in " ".join(helper.cmdline()):
-                jobs = helper.children()
-                if jobs:
-                    return jobs[0]
+            with contextlib.suppress(psutil.Error):
+                command = helper.cmdline()
+                if "rag_worker.sandbox" in " ".join(command):
+                    jobs = [p for p in helper.children() if _command(p) == command]
+                    if jobs:
+                        return jobs[0]
         time.sleep(0.05)
     raise AssertionError("no conversion ran in a child process of the worker")
+
+
+def _command(process: psutil.Process) -> list[str] | None:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # ended meanwhile
+        return None
 
 
 def nothing_stored(client, tmp, index: str) -> None:
