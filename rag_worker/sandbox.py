@@ -50,8 +50,9 @@ ALARM_GRACE_S = (
 KILL_WAIT_S = 15.0
 # Libraries often catch a failed allocation and log it (Docling drops the page and goes on), or abort on it.
 MEMORY_MARKS = ("bad_alloc", "MemoryError", "Cannot allocate memory", "out of memory")
+# How long a job may wait for the helper to finish starting (importing Docling), on top of its own time.
 STARTUP_S = 300.0
-LIVENESS_S = 1.0  # how often a waiting job checks that the helper is still there  # how long a job may wait for the helper to finish starting, on top of its own time
+LIVENESS_S = 1.0  # how often a waiting job checks that the helper is still there
 
 
 class SandboxError(Exception):
