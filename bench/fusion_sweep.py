@@ -39,18 +39,7 @@ import numpy as np
 from bench import beir
 from bench.retrieval import INDEX, ROOT, ensure_index, filename_for
 
-_KEEP = (
-    "id",
-    "document_id",
-    "filename",
-    "dataset",
-    "page",
-    "chunk_index",
-    "metadata",
-    "hit",
-    "_distance",
-    "_score",
-)
+_KEEP = ("id", "document_id", "filename", "dataset", "page", "chunk_index", "metadata", "_distance", "_score")
 
 
 def legs(services, data: beir.BeirDataset, depth: int, prf_docs: int = 0):
@@ -120,9 +109,11 @@ def prf_legs(services, fetched_texts: dict, fetched: dict, depth: int, n_docs: i
 
 
 def _slim(rows):
+    from rag_worker.store import PACKED  # a packed table's rows carry their fields in this column
+
     slim = []
     for name, row in rows:
-        keep = {k: row[k] for k in _KEEP if k in row}
+        keep = {k: row[k] for k in (*_KEEP, PACKED) if k in row}
         keep["text"] = ""
         if row.get("vector") is not None:
             keep["vector"] = np.asarray(row["vector"], dtype=np.float32)
