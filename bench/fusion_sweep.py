@@ -39,7 +39,10 @@ import numpy as np
 from bench import beir
 from bench.retrieval import INDEX, ROOT, ensure_index, filename_for
 
-_KEEP = ("id", "document_id", "filename", "dataset", "page", "chunk_index", "metadata", "_distance", "_score")
+# `_rowid` too: the store's legs and fusion break exact ties by it, and the replay must rank as the stage does.
+_KEEP = (
+    "id", "_rowid", "document_id", "filename", "dataset", "page", "chunk_index", "metadata", "_distance", "_score",
+)  # fmt: skip
 
 
 def legs(services, data: beir.BeirDataset, depth: int, prf_docs: int = 0):

@@ -79,8 +79,11 @@ BM25_MIN = 0.0
 HYBRID_LEG_MIN = 100
 # Lance returns rows with equal scores in no fixed order (its search is multi-threaded; duplicate passages tie
 # exactly), and reciprocal rank fusion ranks them: each leg asks for this many rows past its cut, sorts by score,
-# then table and id, and cuts, so that the same query always gives the same ranks and the same tied rows make the
-# cut. Without it, 10 of SciFact's 300 test queries changed their RRF top 30 between three identical runs.
+# then table and row id (the row's place in the table, so no column need be read), and cuts, so that the same query
+# on the same index always gives the same ranks and the same tied rows make the cut. Without it, 10 of SciFact's
+# 300 test queries changed their RRF top 30 between three identical runs. (A compaction renumbers rows, so after
+# one, which of two identical passages ranks first may change; until 2026-12 ties went by id, which costs a
+# column read in each leg.)
 LEG_TIE_SLACK = 5
 MAX_LIMIT = 1000
 # Old versions are kept a while so that a reader in another process still holding one does not lose its files.
@@ -150,9 +153,16 @@ class Hit:
     # The chunk's stored vector, when the search read it (so a turn never reads or embeds it again); never
     # serialised.
     vector: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # Where the search found the row in its table's version (Lance's row address); never serialised. The legs
+    # and the fusion key rows by it and break exact ties by it, so that a hybrid search need read no column but
+    # the scores until the fused top is known.
+    row_id: int | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "vector"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _UNSERIALISED}
+
+
+_UNSERIALISED = ("vector", "row_id")
 
 
 def doc_key(dataset: str, filename: str) -> str:
@@ -973,26 +983,25 @@ class Store:
     ) -> list[Hit]:
         if qvec is not None and fts_text is not None and leg_limit > fusion_args["limit"]:
             # Late materialisation: both legs return row ids and scores only (the FTS leg its vectors too, for the
-            # fusions' cosine), and the hit columns are read for the fused top `limit` alone. Reading a column
-            # costs per row fetched at 1M chunks (docs/benchmarks.md, "Fourth round"), and the legs fetch 100 each.
+            # fusions' cosine), and the hit columns, the id among them, are read for the fused top `limit` alone.
+            # Reading a column costs per row fetched at 1M chunks (docs/benchmarks.md, "Fourth round" and "Sixth
+            # round"), and the legs fetch 100 each.
             vec_rows, fts_rows = self._run_legs(tables, qvec, fts_text, where, leg_limit, slim=True)
             hits = fuse(vec_rows, fts_rows, qvec, **fusion_args)
-            row_ids = {(name, row["id"]): row["_rowid"] for name, row in (*vec_rows, *fts_rows)}
-            if self._materialise(tables, hits, row_ids):
+            if self._materialise(tables, hits):
                 return hits
             # A compaction moved rows between the legs and the read of their columns: whole rows, once more.
         vec_rows, fts_rows = self._run_legs(tables, qvec, fts_text, where, leg_limit)
         return fuse(vec_rows, fts_rows, qvec, **fusion_args)
 
-    def _materialise(
-        self, tables: list[tuple[str, LanceTable]], hits: list[Hit], row_ids: dict[tuple[str, str], int]
-    ) -> bool:
-        """Fill the hits' columns (and missing vectors) from their tables by row id; False when a row is gone or
-        its id differs, i.e. the table was compacted since the legs ran (row ids are only stable until then)."""
+    def _materialise(self, tables: list[tuple[str, LanceTable]], hits: list[Hit]) -> bool:
+        """Fill the hits' columns (and missing vectors) from their tables by row id; False when a row is gone, i.e.
+        the table was compacted since the legs ran (row ids are only stable until then; Lance never gives a
+        compacted row's address to another row, since new fragments get new numbers)."""
         by_table = dict(tables)
         calls = []
         for name in dict.fromkeys(h.index for h in hits):
-            ids = [row_ids[(name, h.id)] for h in hits if h.index == name]
+            ids = [h.row_id for h in hits if h.index == name]
             columns = [*self._hit_columns(by_table[name]), "vector"]
             query = by_table[name].take_row_ids(ids).select(columns).with_row_id()
             calls.append(lambda q=query, n=name: (n, q.to_arrow()))
@@ -1004,11 +1013,11 @@ class Store:
             log.info("search: reading the fused hits by row id failed, searching again: %s", exc)
             return False
         for hit in hits:
-            row = rows.get((hit.index, row_ids[(hit.index, hit.id)]))
-            if row is None or row["id"] != hit.id:
+            row = rows.get((hit.index, hit.row_id))
+            if row is None:
                 return False
             full = _hit(hit.index, row)
-            for column in _HIT_COLUMNS:
+            for column in ("id", *_HIT_COLUMNS):
                 setattr(hit, column, getattr(full, column))
             if hit.vector is None and row.get("vector") is not None:
                 hit.vector = row["vector"]
@@ -1024,16 +1033,16 @@ class Store:
         *,
         slim: bool = False,
     ) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
-        """Each table's vector and FTS legs, all at once in native threads; `slim`: ids, row ids and scores only
-        (plus the FTS rows' vectors), the hit columns left for `_materialise`."""
+        """Each table's vector and FTS legs, all at once in native threads, every row with its row id; `slim`: row
+        ids and scores only (plus the FTS rows' vectors), the hit columns, id included, left for `_materialise`.
+        Even the 32-character id costs 1.5 to 3 ms a leg to read for 100 rows at 1M chunks."""
         from lancedb.query import MatchQuery
 
-        hit_columns = {name: ["id"] if slim else self._hit_columns(table) for name, table in tables}
+        hit_columns = {name: [] if slim else self._hit_columns(table) for name, table in tables}
         fetch = leg_limit + LEG_TIE_SLACK
 
         def read(q, columns: list[str]) -> list[dict]:
-            q = q.select(columns).limit(fetch)
-            return _rows((q.with_row_id(True) if slim else q).to_arrow())
+            return _rows(q.select(columns).limit(fetch).with_row_id(True).to_arrow())
 
         def vector_leg(name: str, table: LanceTable) -> tuple[str, list[tuple[str, dict]]]:
             q = table.search(qvec, query_type="vector", vector_column_name="vector").distance_type("cosine")
@@ -1071,9 +1080,9 @@ class Store:
         for leg, rows in offload_all(calls):
             (vec_rows if leg == "vector" else fts_rows).extend(rows)
         # Across several tables each leg is merged by its own score before ranks are assigned; ties by table and
-        # id (LEG_TIE_SLACK).
-        vec_rows.sort(key=lambda nr: (nr[1]["_distance"], nr[0], nr[1]["id"]))
-        fts_rows.sort(key=lambda nr: (-nr[1]["_score"], nr[0], nr[1]["id"]))
+        # row id (LEG_TIE_SLACK).
+        vec_rows.sort(key=lambda nr: (nr[1]["_distance"], nr[0], nr[1]["_rowid"]))
+        fts_rows.sort(key=lambda nr: (-nr[1]["_score"], nr[0], nr[1]["_rowid"]))
         return vec_rows[:leg_limit], fts_rows[:leg_limit]
 
     @staticmethod
@@ -1189,12 +1198,13 @@ def _hit(index: str, row: dict) -> Hit:
         metadata = row["metadata"]
     else:
         try:
-            metadata = json.loads(row.get("metadata") or "{}")
+            metadata = json.loads(row["metadata"]) if row.get("metadata") else {}
         except ValueError:
             metadata = {}
-    # A slim leg's row has its id only; `Store._materialise` fills in the rest for the hits that are kept.
+    # A slim leg's row has its row id and scores only; `Store._materialise` fills in the rest for the hits that
+    # are kept.
     return Hit(
-        id=row["id"],
+        id=row.get("id", ""),
         document_id=row.get("document_id", ""),
         filename=row.get("filename", ""),
         dataset=row.get("dataset", ""),
@@ -1203,6 +1213,7 @@ def _hit(index: str, row: dict) -> Hit:
         text=row.get("text", ""),
         metadata=metadata if isinstance(metadata, dict) else {},
         index=index,
+        row_id=row.get("_rowid"),
     )
 
 
@@ -1225,25 +1236,38 @@ def fuse(
 
     `alpha` weighs the vector leg in the convex fusions (1 - alpha the FTS leg). A chunk missing from a leg
     scores that leg's theoretical minimum (BM25 0, cosine -1), except that an FTS row carrying its stored vector
-    gets its exact cosine similarity with `qvec`. Ties go to the higher cosine similarity, then index and id."""
+    gets its exact cosine similarity with `qvec`. Ties go to the higher cosine similarity, then index, then row
+    id (where the legs give one), then id.
+
+    A row is the same chunk in both legs by its row id when the legs return one (the store's legs always do; a
+    slim leg returns nothing else), else by its id."""
     if fusion not in FUSIONS:
         raise ValueError(f"unknown fusion {fusion!r}")
-    hits: dict[tuple[str, str], Hit] = {}
+    hits: dict[tuple[str, object], Hit] = {}
+
+    def hit_of(name: str, row: dict) -> Hit:
+        key = name, row["_rowid"] if "_rowid" in row else row["id"]
+        hit = hits.get(key)
+        if hit is None:
+            hit = hits[key] = _hit(name, row)
+        return hit
+
+    qnorm = float(np.linalg.norm(qvec)) if qvec is not None else 0.0
     for rank, (name, row) in enumerate(vec_rows, start=1):
-        hit = hits.setdefault((name, row["id"]), _hit(name, row))
+        hit = hit_of(name, row)
         hit.vector_rank = rank
         hit.vector_score = _safe(1.0 - float(row["_distance"]))
         if row.get("vector") is not None:
             hit.vector = row["vector"]
     for rank, (name, row) in enumerate(fts_rows, start=1):
-        hit = hits.setdefault((name, row["id"]), _hit(name, row))
+        hit = hit_of(name, row)
         hit.fts_rank = rank
         hit.fts_score = _safe(row["_score"])
         if hit.vector is None and row.get("vector") is not None:
             hit.vector = row["vector"]
         if hit.vector_score is None and qvec is not None and row.get("vector") is not None:
             vec = np.asarray(row["vector"], dtype=np.float32)
-            norms = float(np.linalg.norm(vec) * np.linalg.norm(qvec))
+            norms = float(np.linalg.norm(vec)) * qnorm
             hit.vector_score = _safe(float(vec @ qvec) / norms) if norms > 0 else None
 
     if fusion == "rrf":
@@ -1261,7 +1285,13 @@ def fuse(
             hit.score = alpha * norm_vec(cos) + (1.0 - alpha) * norm_fts(bm25)
     ordered = sorted(
         hits.values(),
-        key=lambda h: (-h.score, -(h.vector_score if h.vector_score is not None else -2.0), h.index, h.id),
+        key=lambda h: (
+            -h.score,
+            -(h.vector_score if h.vector_score is not None else -2.0),
+            h.index,
+            -1 if h.row_id is None else h.row_id,
+            h.id,
+        ),
     )
     return ordered[:limit]
 
