@@ -365,6 +365,21 @@ def test_search_across_several_indexes(filled):
     assert vacation[0].index == "default"
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "fts"])
+def test_rows_at_the_same_place_in_two_indexes_are_two_hits(store, mode):
+    """The legs and the fusion know a row by its row id, its place in its table; two new tables have rows at the
+    same places. Each chunk comes back once, with its own text, from its own index."""
+    texts = {
+        "north": ["The north depot opens at six.", "Forklifts at the north depot need a licence."],
+        "south": ["The south depot opens at seven.", "Forklifts at the south depot are leased."],
+    }
+    for index, chunks in texts.items():
+        store.add_chunks(index, rows_for("ops", "depot.md", chunks, embedder=store.embedder))
+    hits = store.search(["north", "south"], "depot opens forklifts", mode=mode, limit=10)
+    assert sorted((h.index, h.text) for h in hits) == sorted((i, t) for i, ts in texts.items() for t in ts)
+    assert len({(h.index, h.id) for h in hits}) == 4
+
+
 def test_hybrid_hits_carry_their_own_rows_when_a_compaction_lands_mid_search(filled, monkeypatch):
     """Hybrid legs return row ids and scores, and the fused top's columns are read by row id afterwards. A write
     landing in between compacts the table (every write does) and moves every row: the search must still return
