@@ -8,6 +8,7 @@ indexes) and `embed_text` (headings + text, Docling's `contextualize`), which is
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -87,10 +88,13 @@ class Chunker:
 
     def chunk(self, doc: DoclingDocument) -> list[Chunk]:
         chunks: list[Chunk] = []
+        fence: str | None = None  # the opening line of a code block the last chunk left open
         for raw in self._chunker.chunk(dl_doc=doc):
-            text = raw.text.strip()
-            if not text:
+            if not raw.text.strip():
                 continue
+            # Inside a code block the first line's indentation is code; elsewhere a chunk is trimmed.
+            text = raw.text.rstrip().lstrip("\n") if fence else raw.text.strip()
+            text, fence = balance_fences(text, fence)
             headings = list(raw.meta.headings or [])
             pages = sorted({p.page_no for item in raw.meta.doc_items for p in (item.prov or [])})
             labels = sorted({str(item.label.value) for item in raw.meta.doc_items})
@@ -108,3 +112,35 @@ class Chunker:
                 )
             )
         return chunks
+
+
+# A fenced code block's opening or closing line (CommonMark: up to three spaces, three or more backticks or tildes).
+_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+def balance_fences(text: str, open_fence: str | None) -> tuple[str, str | None]:
+    """A chunk's text as Markdown that stands on its own, and the fence left open after it.
+
+    The chunker splits a code block too long for one chunk into pieces: the first piece opens a fence it never
+    closes, the middle ones have none and the last closes one it never opened, so on a card or in a prompt the
+    code reads as prose and the text after it as code. `open_fence` is the opening line of a block the previous
+    chunk left open: it is opened again at the start, and a block this text leaves open is closed at its end."""
+    state = open_fence
+    for line in text.split("\n"):
+        match = _FENCE_RE.match(line)
+        if match is None:
+            continue
+        marker, info = match.groups()
+        if state is None:
+            if not (marker[0] == "`" and "`" in info):  # a backtick fence's info string has no backtick
+                state = line.strip()
+        elif marker[0] == state[0] and len(marker) >= _run(state) and not info.strip():
+            state = None
+    head = f"{open_fence}\n" if open_fence else ""
+    tail = f"\n{state[: _run(state)]}" if state else ""
+    return head + text + tail, state
+
+
+def _run(fence_line: str) -> int:
+    """Length of the backtick or tilde run that opens `fence_line`."""
+    return len(fence_line) - len(fence_line.lstrip(fence_line[0]))
