@@ -181,6 +181,18 @@ def test_a_citation_highlights_its_card_by_keyboard(page: Page):
     assert page.evaluate("location.hash").startswith("#/chats/"), "a citation must not change the route"
 
 
+def test_a_card_shows_a_code_passage_without_its_fences(page: Page):
+    """A chunk cut from a long code block carries its own fences, so that it reads as code in a prompt; the card's
+    one-line snippet shows the code and the prose around it, not the fence markers."""
+    snippet = """async (text) => {
+        const module = await import(new URL("js/markdown.js", document.baseURI).href);
+        return module.snippet(text);
+    }"""
+    code = "Intro.\n```python\ndef f(x):\n    return x * 11\n```\nAfter.\n~~~\nmore\n~~~"
+    assert page.evaluate(snippet, code) == "Intro. def f(x): return x * 11 After. more"
+    assert page.evaluate(snippet, "word " * 100) == ("word " * 100).strip()[:280] + "…"
+
+
 def test_reload_finds_the_chat_intact(page: Page):
     title = page.locator("#chat-title").text_content()
     answer = last_turn(page).locator(".answer").text_content()

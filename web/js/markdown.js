@@ -54,6 +54,18 @@ export function renderMarkdown(text) {
   });
 }
 
+/**
+ * A passage as one line of plain text for a source card: code fence lines dropped (a chunk of a long code block
+ * carries its own fences), whitespace collapsed, cut at `max` characters with an ellipsis.
+ */
+export function snippet(text, max = 280) {
+  const plain = (text || "")
+    .replace(/^ {0,3}(?:`{3,}|~{3,}).*$/gm, " ")
+    .replace(/\s+/g, " ")
+    .trim();
+  return plain.length > max ? `${plain.slice(0, max)}…` : plain;
+}
+
 const CITATION = /\[(S\d+(?:\s*[,;]\s*S\d+)*)\]/;
 
 /**

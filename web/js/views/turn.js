@@ -3,7 +3,7 @@
 
 import { announce, formatSeconds, h, icon } from "../dom.js";
 import { groundingBadge, groundingBanner, markUnsupported } from "../grounding.js";
-import { linkCitations, renderMarkdown } from "../markdown.js";
+import { linkCitations, renderMarkdown, snippet } from "../markdown.js";
 
 let turnCounter = 0;
 
@@ -304,7 +304,7 @@ export class AssistantMessage {
       typeof doc.rerank_score === "number" ? `rerank score ${doc.rerank_score.toFixed(3)}` : null,
       typeof doc.provenance === "number" ? `provenance ${doc.provenance.toFixed(3)}` : null,
     ].filter(Boolean).join(", ");
-    const text = (doc.text || "").replace(/\s+/g, " ").trim();
+    const text = snippet(doc.text);
     return h(
       "li",
       {
@@ -322,7 +322,7 @@ export class AssistantMessage {
       ),
       place ? h("p", { class: "doc-place muted", text: place }) : null,
       h("p", { class: "doc-scores", title }, ...scores),
-      text ? h("p", { class: "doc-snippet", text: text.length > 280 ? `${text.slice(0, 280)}…` : text }) : null,
+      text ? h("p", { class: "doc-snippet", text }) : null,
     );
   }
 
