@@ -5,8 +5,8 @@
 Needs the index `bench.retrieval` built (same cache). Each query's two legs are fetched once, `--depth` chunks
 deep (what hybrid mode fetches, `store.HYBRID_LEG_MIN`), through the store's own leg search; then
 `rag_worker.store.fuse` (the function `Store.search` calls) is replayed for every fusion and parameter: RRF for
-several k, and the convex combinations of theoretical-min-max ("tmm") and z-score normalised scores for every
-vector-leg weight alpha on a 0.1 grid. Documents are ranked from the fused top `--limit` chunks
+several k, and the convex combinations of theoretical-min-max ("tmm"), z-score ("zscore") and robust z-score
+("robust": median and MAD) normalised scores for every vector-leg weight alpha on a 0.1 grid. Documents are ranked from the fused top `--limit` chunks
 (RETRIEVAL_CANDIDATES) either by their best chunk (max: the first appearance, what `bench.retrieval` and a
 `/chat` client see) or by the sum of their chunks' fused scores. nDCG@10 is printed per split, so that the whole
 curve shows and not only its best point; choose on train, then confirm with `bench.retrieval` on test.
@@ -210,7 +210,7 @@ def with_title_context() -> None:
 
 def configs() -> list[tuple[str, dict]]:
     out = [(f"rrf k={k}", {"fusion": "rrf", "rrf_k": k}) for k in (10, 20, 40, 60, 100)]
-    for fusion in ("tmm", "zscore"):
+    for fusion in ("tmm", "zscore", "robust"):
         for a in range(1, 10):
             out.append((f"{fusion} alpha={a / 10:.1f}", {"fusion": fusion, "alpha": a / 10}))
     return out
@@ -343,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
                     + " |"
                 )
     first = f"{args.splits[0]} max"
-    families = ["rrf", "tmm", "zscore", *(("prf rrf", "prf tmm", "prf zscore") if args.prf else ())]
-    families += [f"{v}: {f}" for v, *_ in variants for f in ("tmm", "zscore")]
+    convex = ("tmm", "zscore", "robust")
+    families = ["rrf", *convex, *((f"prf {f}" for f in ("rrf", *convex)) if args.prf else ())]
+    families += [f"{v}: {f}" for v, *_ in variants for f in convex]
     for family in families:
         best = max((lb for lb in table if lb.startswith(family)), key=lambda lb: table[lb][first])
         print(f"best {family} on {first}: {best} ({table[best][first]:.4f})")

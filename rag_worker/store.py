@@ -68,8 +68,15 @@ MODES = ("hybrid", "vector", "fts")
 # - "tmm": a convex combination of scores normalised by theoretical min-max (Bruch, Gai, Ingber 2023, "An Analysis
 #   of Fusion Functions for Hybrid Retrieval"): alpha * (cos - (-1)) / (max cos - (-1)) + (1 - alpha) * bm25 / max
 #   bm25, each max taken over that leg's candidates;
-# - "zscore": the same convex combination of z-scores, mean and deviation taken over each leg's candidates.
-FUSIONS = ("rrf", "tmm", "zscore")
+# - "zscore": the same convex combination of z-scores, mean and deviation taken over each leg's candidates;
+# - "robust": the same with robust z-scores, (score - median) / (1.4826 * median absolute deviation) over each
+#   leg's candidates (1.4826 makes the MAD equal the standard deviation of normally distributed scores). A leg's
+#   top 100 is a few relevant outliers above a mass of near misses; the mean and deviation move with those outliers,
+#   so one very strong match squeezes every other candidate of its leg, while the median and MAD describe the mass
+#   and leave the outliers standing out (docs/benchmarks.md, "Seventh round").
+FUSIONS = ("rrf", "tmm", "zscore", "robust")
+# The MAD of normally distributed values times this is their standard deviation.
+MAD_TO_STD = 1.4826
 # Theoretical lower bounds of the two legs' scores: cosine similarity and BM25.
 COSINE_MIN = -1.0
 BM25_MIN = 0.0
@@ -1297,12 +1304,18 @@ def fuse(
 
 
 def _normaliser(fusion: str, scores: list[float], floor: float):
-    """score -> normalised score for one leg: theoretical min-max ("tmm") or z-score ("zscore")."""
+    """score -> normalised score for one leg: theoretical min-max ("tmm"), z-score ("zscore") or robust z-score
+    ("robust"; the plain z-score's deviation where more than half the scores are equal, so the MAD is 0)."""
     if not scores:
         return lambda s: 0.0
     if fusion == "tmm":
         span = max(scores) - floor
         return (lambda s: (s - floor) / span) if span > 0 else (lambda s: 0.0)
+    if fusion == "robust":
+        median = float(np.median(scores))
+        mad = MAD_TO_STD * float(np.median(np.abs(np.asarray(scores) - median)))
+        if mad > 0:
+            return lambda s: (s - median) / mad
     mean = float(np.mean(scores))
     std = float(np.std(scores))
     return (lambda s: (s - mean) / std) if std > 0 else (lambda s: s - mean)

@@ -55,7 +55,10 @@ def _health() -> tuple[dict, int]:
     body["reranker"] = (
         {"model": svc.settings.reranker_model}
         if svc.settings.reranker_model
-        else {"model": None, "note": "no reranker configured: ordering relies on hybrid fusion (RRF)"}
+        else {
+            "model": None,
+            "note": f"no reranker configured: ordering relies on hybrid fusion ({svc.settings.fusion})",
+        }
     )
     body["ocr"] = converters_health(svc.settings)
     down = [k for k in ("embedder", "store") if not body[k].get("ok")]

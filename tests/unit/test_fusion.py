@@ -65,7 +65,41 @@ def test_z_score_fusion():
     )
 
 
-@pytest.mark.parametrize("fusion", ["tmm", "zscore"])
+def test_robust_z_score_fusion():
+    hits = {h.id: h for h in fuse(VEC, FTS, limit=10, fusion="robust", alpha=0.3)}
+    # vector leg: median 0.6, MAD 0.3; FTS leg: median 9.9, MAD median(0.1, 0, 7.9) = 0.1; each MAD times 1.4826
+    cos_mad, bm_mad = 1.4826 * 0.3, 1.4826 * 0.1
+    assert hits["a"].score == pytest.approx(0.3 * (0.9 - 0.6) / cos_mad + 0.7 * (9.9 - 9.9) / bm_mad)
+    assert hits["c"].score == pytest.approx(0.3 * (-1.0 - 0.6) / cos_mad + 0.7 * (2.0 - 9.9) / bm_mad)
+
+
+def test_one_overwhelming_match_does_not_squeeze_the_rest_of_its_leg_under_the_robust_fusion():
+    """p is well ahead of q in BM25 and a little behind in cosine. However far the FTS leg's best match x pulls
+    ahead, the robust fusion scores p, q and the rest the same; the plain z-score's deviation grows with x, shrinks
+    every other FTS difference and lets the vector leg alone order p and q."""
+    rest = [row(c, _score=s) for c, s in (("p", 12.0), ("q", 9.0), ("r", 8.0), ("s", 7.0), ("t", 6.0))]
+    vec = [row(c, _distance=d) for c, d in (("x", 0.3), ("q", 0.46), ("p", 0.52), ("r", 0.6), ("s", 0.62))]
+
+    def others(fusion: str, best: float) -> list[tuple[str, float]]:
+        hits = fuse(vec, [row("x", _score=best), *rest], limit=10, fusion=fusion, alpha=0.5)
+        assert hits[0].id == "x"
+        return [(h.id, round(h.score, 9)) for h in hits[1:]]
+
+    robust = [others("robust", best) for best in (15.0, 50.0, 500.0)]
+    assert robust[0] == robust[1] == robust[2] and [c for c, _ in robust[0]][:2] == ["p", "q"]
+    plain = [[c for c, _ in others("zscore", best)][:2] for best in (15.0, 500.0)]
+    assert plain == [["p", "q"], ["q", "p"]]
+
+
+def test_the_robust_fusion_falls_back_to_the_deviation_when_most_scores_are_equal():
+    fts = [row(c, _score=3.0) for c in "abc"] + [row("d", _score=9.0)]  # median 3, MAD 0
+    hits = {h.id: h for h in fuse([], fts, limit=10, fusion="robust", alpha=0.0)}
+    scores = [3.0, 3.0, 3.0, 9.0]
+    assert hits["d"].score == pytest.approx((9.0 - np.mean(scores)) / np.std(scores))
+    assert hits["a"].score == pytest.approx((3.0 - np.mean(scores)) / np.std(scores))
+
+
+@pytest.mark.parametrize("fusion", ["tmm", "zscore", "robust"])
 def test_alpha_moves_the_ranking_between_the_legs(fusion):
     assert [h.id for h in fuse(VEC, FTS, limit=10, fusion=fusion, alpha=1.0)][:2] == ["a", "b"]
     assert [h.id for h in fuse(VEC, FTS, limit=10, fusion=fusion, alpha=0.0)] == ["b", "a", "c"]
@@ -96,7 +130,7 @@ def test_equal_scores_in_a_leg_do_not_divide_by_zero():
         assert all(np.isfinite(h.score) for h in hits)
 
 
-@pytest.mark.parametrize("fusion", ["tmm", "zscore"])
+@pytest.mark.parametrize("fusion", ["tmm", "zscore", "robust"])
 def test_the_store_fuses_its_real_legs_by_normalised_scores(filled, fusion):  # noqa: F811
     hits = filled.search("default", "vacation days", mode="hybrid", limit=10, fusion=fusion, fusion_alpha=0.5)
     # The vacation chunk both legs rank first comes first, and every hit carries its cosine similarity, even
