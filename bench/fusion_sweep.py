@@ -18,8 +18,9 @@ of a copy of the table under other tokenizer settings.
 Two more leads, measured and not shipped (docs/benchmarks.md): `--exact-missing` gives a chunk only the vector
 leg found its exact BM25 score (the FTS query again, filtered to those chunks) instead of BM25's floor, the
 mirror of what an FTS-only chunk gets; `--doc-level` fuses per document (each leg's best normalised score among
-the document's chunks, then the convex combination). `--title-context` measures everything on an index whose
-chunks are embedded with their document's first line (its title, when that line is a single line of at most
+the document's chunks, then the convex combination). `--small-indexes` replays everything as if each query searched a small index holding only its source file's
+documents (for `bench.headings_collection`, whose section ids are `<file>-<n>`). `--title-context` measures
+everything on an index whose chunks are embedded with their document's first line (its title, when that line is a single line of at most
 300 characters) in front, where the chunk's own text does not already hold it (its own cache folder; vectors
 are shared through `vectors.sqlite`).
 """
@@ -65,6 +66,41 @@ def legs(services, data: beir.BeirDataset, depth: int, prf_docs: int = 0):
         if n % 200 == 0:
             print(f"  legs: {n}/{len(data.queries)} queries", file=sys.stderr, flush=True)
     return (out, texts) if prf_docs else out
+
+
+def small_index_legs(services, data: beir.BeirDataset, fetched: dict) -> dict:
+    """`fetched` as it would be if each query searched a small index holding only its source file's documents (a
+    document's source is its id up to the last "-": `bench.headings_collection` names sections `<file>-<n>`): the
+    vector leg every chunk of that file by exact cosine, the FTS leg the whole collection's FTS rows of that file
+    (BM25 with the collection's term statistics, which a small index would compute over itself)."""
+    from rag_worker.store import PACKED
+
+    table = services.store._require(INDEX)
+    columns = [c for c in ("id", "filename", PACKED, "document_id", "dataset", "chunk_index", "metadata", "vector")
+               if c in table.schema.names]  # fmt: skip
+    rows = table.search().select(columns).with_row_id(True).limit(None).to_arrow().to_pylist()
+    doc_of = {filename_for(d): d for d in data.corpus}
+    by_source: dict[str, list[dict]] = {}
+    for row in rows:
+        by_source.setdefault(doc_of.get(row["filename"], row["filename"]).rsplit("-", 1)[0], []).append(row)
+    out = {}
+    for qid, (_, fts_rows, qvec) in fetched.items():
+        relevant = next(iter(data.qrels.get(qid, {})), None)
+        if relevant is None:
+            continue
+        chunks = by_source[relevant.rsplit("-", 1)[0]]
+        matrix = np.stack([np.asarray(r["vector"], dtype=np.float32) for r in chunks])
+        cos = matrix @ qvec / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(qvec))
+        vec_rows = [
+            (
+                INDEX,
+                {**{k: v for k, v in chunks[j].items() if k != "vector"}, "_distance": float(1.0 - cos[j])},
+            )
+            for j in np.argsort(-cos)
+        ]
+        ids = {r["id"] for r in chunks}
+        out[qid] = (vec_rows, [(n, r) for n, r in fts_rows if r["id"] in ids], qvec)
+    return out
 
 
 # English function words (the FTS tokenizer drops its own list; expansion terms must not be these either).
@@ -274,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact-missing", action="store_true", help="exact BM25 for vector-only chunks")
     parser.add_argument("--doc-level", action="store_true", help="fuse per document")
     parser.add_argument("--title-context", action="store_true", help="chunks embedded with their title")
+    parser.add_argument(
+        "--small-indexes",
+        action="store_true",
+        help="each query searches only its source file's documents, as a per-file index would (ids <file>-<n>)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -295,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
             )
     else:
         fetched = {name: legs(services, data, args.depth) for name, data in splits.items()}
+    if args.small_indexes:
+        fetched = {name: small_index_legs(services, data, fetched[name]) for name, data in splits.items()}
+        print("small indexes: each query searches only its source file's documents")
     sizes = ", ".join(f"{name} {len(d.queries)} queries" for name, d in splits.items())
     print(f"{args.dataset}: {sizes}; legs {args.depth} chunks deep, top {args.limit} chunks fused")
     cols = [f"{s} {agg}" for agg in ("max", "sum") for s in args.splits]
