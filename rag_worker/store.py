@@ -1024,7 +1024,7 @@ class Store:
             if row is None:
                 return False
             full = _hit(hit.index, row)
-            for column in ("id", *_HIT_COLUMNS):
+            for column in _HIT_COLUMNS:
                 setattr(hit, column, getattr(full, column))
             if hit.vector is None and row.get("vector") is not None:
                 hit.vector = row["vector"]
