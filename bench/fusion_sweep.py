@@ -6,10 +6,11 @@ Needs the index `bench.retrieval` built (same cache). Each query's two legs are 
 deep (what hybrid mode fetches, `store.HYBRID_LEG_MIN`), through the store's own leg search; then
 `rag_worker.store.fuse` (the function `Store.search` calls) is replayed for every fusion and parameter: RRF for
 several k, and the convex combinations of theoretical-min-max ("tmm"), z-score ("zscore") and robust z-score
-("robust": median and MAD) normalised scores for every vector-leg weight alpha on a 0.1 grid. Documents are ranked from the fused top `--limit` chunks
-(RETRIEVAL_CANDIDATES) either by their best chunk (max: the first appearance, what `bench.retrieval` and a
-`/chat` client see) or by the sum of their chunks' fused scores. nDCG@10 is printed per split, so that the whole
-curve shows and not only its best point; choose on train, then confirm with `bench.retrieval` on test.
+("robust": median and MAD) normalised scores for every vector-leg weight alpha on a 0.1 grid. Documents are
+ranked from the fused top `--limit` chunks (RETRIEVAL_CANDIDATES) either by their best chunk (max: the first
+appearance, what `bench.retrieval` and a `/chat` client see) or by the sum of their chunks' fused scores.
+nDCG@10 is printed per split, so that the whole curve shows and not only its best point; choose on train, then
+confirm with `bench.retrieval` on test.
 `--prf` also measures pseudo-relevance feedback on the FTS leg (RM3-style: the `--prf-terms` terms weighing most
 in the top `--prf-docs` FTS chunks, each chunk's term frequencies weighted by its share of their BM25 scores, are
 added to the query and the FTS leg is run again), fused the same ways. `--fts-variants` also rebuilds the FTS index
@@ -18,11 +19,12 @@ of a copy of the table under other tokenizer settings.
 Two more leads, measured and not shipped (docs/benchmarks.md): `--exact-missing` gives a chunk only the vector
 leg found its exact BM25 score (the FTS query again, filtered to those chunks) instead of BM25's floor, the
 mirror of what an FTS-only chunk gets; `--doc-level` fuses per document (each leg's best normalised score among
-the document's chunks, then the convex combination). `--small-indexes` replays everything as if each query searched a small index holding only its source file's
-documents (for `bench.headings_collection`, whose section ids are `<file>-<n>`). `--title-context` measures
-everything on an index whose chunks are embedded with their document's first line (its title, when that line is a single line of at most
-300 characters) in front, where the chunk's own text does not already hold it (its own cache folder; vectors
-are shared through `vectors.sqlite`).
+the document's chunks, then the convex combination). `--small-indexes` replays everything as if each query
+searched a small index holding only its source file's documents (for `bench.headings_collection`, whose section
+ids are `<file>-<n>`). `--title-context` measures everything on an index whose chunks are embedded with their
+document's first line (its title, when that line is a single line of at most 300 characters) in front, where
+the chunk's own text does not already hold it (its own cache folder; vectors are shared through
+`vectors.sqlite`).
 """
 
 from __future__ import annotations
@@ -80,15 +82,19 @@ def small_index_legs(services, data: beir.BeirDataset, fetched: dict) -> dict:
                if c in table.schema.names]  # fmt: skip
     rows = table.search().select(columns).with_row_id(True).limit(None).to_arrow().to_pylist()
     doc_of = {filename_for(d): d for d in data.corpus}
+
+    def source(doc_id: str) -> str:
+        return doc_id.rsplit("-", 1)[0]
+
     by_source: dict[str, list[dict]] = {}
     for row in rows:
-        by_source.setdefault(doc_of.get(row["filename"], row["filename"]).rsplit("-", 1)[0], []).append(row)
+        by_source.setdefault(source(doc_of.get(row["filename"], row["filename"])), []).append(row)
     out = {}
     for qid, (_, fts_rows, qvec) in fetched.items():
         relevant = next(iter(data.qrels.get(qid, {})), None)
         if relevant is None:
             continue
-        chunks = by_source[relevant.rsplit("-", 1)[0]]
+        chunks = by_source[source(relevant)]
         matrix = np.stack([np.asarray(r["vector"], dtype=np.float32) for r in chunks])
         cos = matrix @ qvec / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(qvec))
         vec_rows = [
