@@ -53,7 +53,7 @@ def legs(services, data: beir.BeirDataset, depth: int, prf_docs: int = 0):
     from rag_worker.store import _has_words
 
     store = services.store
-    tables = [(INDEX, store._require(INDEX))]
+    tables = store._snapshots([(INDEX, store._require(INDEX))])
     out = {}
     texts = {}
     for n, (qid, query) in enumerate(data.queries.items(), start=1):
@@ -143,7 +143,7 @@ def prf_query(query: str, fts_rows, n_docs: int, n_terms: int) -> str:
 def prf_legs(services, fetched_texts: dict, fetched: dict, depth: int, n_docs: int, n_terms: int) -> dict:
     """The same legs with the FTS leg re-run on the expanded query."""
     store = services.store
-    tables = [(INDEX, store._require(INDEX))]
+    tables = store._snapshots([(INDEX, store._require(INDEX))])
     out = {}
     for qid, (vec_rows, _, qvec) in fetched.items():
         query, fts_full = fetched_texts[qid]

@@ -20,7 +20,11 @@ Facts this module relies on (verified against lancedb 0.40 by tests/unit/test_st
 - LanceDB makes a table's folder before it commits the table's first version, so a table exists once its
   `_versions` folder holds a manifest (`_has_table`), not when the folder appears;
 - a read of rows by row id pays per column per row, so searches read a hit's fields from one packed column
-  (`PACKED`), not from six.
+  (`PACKED`), not from six;
+- searches (both legs and the read of the fused hits) run on a pylance dataset of the table's newest version, not
+  through LanceDB's query layer, which costs 1.3 to 2.8 ms a call at 1M chunks (docs/benchmarks.md, "Eighth
+  round"). Checking for a newer version is a listing of `_versions` (tens of microseconds), done once per search,
+  so both legs and the read see one version: the row ids the legs return are valid for the read.
 
 Filters are SQL strings in LanceDB. They are only ever built here, from values that passed `names.check_name`
 (datasets, indexes), a strict id pattern (document ids), integers, or a sha256 digest of the file name
@@ -55,6 +59,7 @@ from .names import NAME_RE, STAGED_RE, check_filename, check_name, check_table
 from .runtime import offload, offload_all
 
 if TYPE_CHECKING:  # pragma: no cover
+    from lance import LanceDataset
     from lancedb.table import LanceTable
 
     from .embeddings import Embedder
@@ -99,7 +104,8 @@ CLEANUP_OLDER_THAN = timedelta(hours=1)
 COMMIT_ATTEMPTS = 10
 COMMIT_BACKOFF_S = 0.02
 COMMIT_BACKOFF_MAX_S = 1.0
-# Lance's caches of one Store (all its tables): index pieces (FTS postings, ANN partitions) and table metadata.
+# Lance's caches of one Store (all its tables), in each of its two sessions (LanceDB's, for writes and listings;
+# pylance's, for searches): index pieces (FTS postings, ANN partitions) and table metadata.
 INDEX_CACHE_MB = 1024
 METADATA_CACHE_MB = 128
 ALIASES = "aliases"  # folder in the store root: one file per rebuilt index naming the table that serves it
@@ -242,6 +248,7 @@ class Store:
         index_cache_mb: int = INDEX_CACHE_MB,
         metadata_cache_mb: int = METADATA_CACHE_MB,
     ):
+        import lance
         import lancedb
 
         self.root = Path(root)
@@ -266,6 +273,13 @@ class Store:
         )
         self._tables: dict[str, LanceTable] = {}
         self._markers: dict[str, tuple[LanceTable, dict]] = {}
+        # The searches' own caches, bounded alike: LanceDB's session is another library's type, not shareable.
+        self._search_session = lance.Session(
+            index_cache_size_bytes=int(index_cache_mb) << 20,
+            metadata_cache_size_bytes=int(metadata_cache_mb) << 20,
+        )
+        # Physical table name -> (the LanceTable it was opened for, a pylance dataset of one of its versions).
+        self._readers: dict[str, tuple[LanceTable, LanceDataset]] = {}
 
     # -- identity -------------------------------------------------------------------------------------------
 
@@ -396,7 +410,7 @@ class Store:
         existed = self.exists(index)
         for name in offload(self._table_names):
             if name == index or self._staged_for(name) == index:
-                self._tables.pop(name, None)
+                self._forget(name)
                 offload(self._db.drop_table, name, ignore_missing=True)
         (self.root / ALIASES / index).unlink(missing_ok=True)
         return existed
@@ -504,7 +518,7 @@ class Store:
             Path(tmp).unlink(missing_ok=True)
             raise
         if old != staged:
-            self._tables.pop(old, None)
+            self._forget(old)
             offload(self._db.drop_table, old, ignore_missing=True)
 
     def discard(self, staged: str) -> None:
@@ -512,7 +526,7 @@ class Store:
         index = self._staged_for(staged)
         if index is None or self._physical(index) == staged:
             raise BadRequest(f"{staged} is not a table being rebuilt", code="bad_name", field="index")
-        self._tables.pop(staged, None)
+        self._forget(staged)
         offload(self._db.drop_table, staged, ignore_missing=True)
 
     def scan_documents(self, index: str, keys: list[tuple[str, str]]) -> pa.Table:
@@ -721,14 +735,12 @@ class Store:
         check_table(index)
         name = self._physical(index)
         if not self._has_table(name):
-            self._tables.pop(name, None)  # dropped, maybe by another process
-            self._markers.pop(name, None)
+            self._forget(name)  # dropped, maybe by another process
             return None
         table = self._tables.get(name)
         if table is None:
             for stale in [n for n in self._tables if n != name and (self._staged_for(n) or n) == index]:
-                self._tables.pop(stale, None)  # swapped out by a rebuild, maybe in another process
-                self._markers.pop(stale, None)
+                self._forget(stale)  # swapped out by a rebuild, maybe in another process
             try:
                 table = offload(self._db.open_table, name)
             except ValueError:
@@ -737,6 +749,12 @@ class Store:
                 return None  # dropped by another process since the look above
             self._tables[name] = table
         return table
+
+    def _forget(self, name: str) -> None:
+        """Drop what is kept of table `name` (gone, or no longer serving its index)."""
+        self._tables.pop(name, None)
+        self._markers.pop(name, None)
+        self._readers.pop(name, None)
 
     def _marker_of(self, table: LanceTable) -> dict:
         """The table's marker, read once per table object: it is written when the table is created and never
@@ -979,6 +997,32 @@ class Store:
 
     # -- internals: reads -----------------------------------------------------------------------------------
 
+    def _reader(self, table: LanceTable) -> LanceDataset:
+        """A pylance dataset of the table's newest version (blocking: call it offloaded). It is kept per table
+        object (a new object after a drop or a rebuild's swap) and moved to a newer version when a write, maybe by
+        another process, has made one."""
+        import lance
+
+        cached = self._readers.get(table.name)
+        if cached is None or cached[0] is not table:
+            dataset = lance.dataset(str(table.uri), session=self._search_session)
+        else:
+            dataset = cached[1]
+            latest = dataset.latest_version
+            if latest != dataset.version:
+                dataset = dataset.checkout_version(latest)
+        self._readers[table.name] = (table, dataset)
+        return dataset
+
+    def _snapshots(self, tables: list[tuple[str, LanceTable]]) -> list[tuple[str, LanceDataset, list[str]]]:
+        """(index, the newest version of its table, the columns a hit reads) for each table of one search: its legs
+        and the read of its hits all run on that one version."""
+        datasets = offload(lambda: [self._reader(table) for _, table in tables])
+        return [
+            (name, dataset, self._hit_columns(table))
+            for (name, table), dataset in zip(tables, datasets, strict=True)
+        ]
+
     def _search_tables(
         self,
         tables: list[tuple[str, LanceTable]],
@@ -988,35 +1032,38 @@ class Store:
         leg_limit: int,
         fusion_args: dict,
     ) -> list[Hit]:
+        readers = self._snapshots(tables)
         if qvec is not None and fts_text is not None and leg_limit > fusion_args["limit"]:
             # Late materialisation: both legs return row ids and scores only (the FTS leg its vectors too, for the
             # fusions' cosine), and the hit columns, the id among them, are read for the fused top `limit` alone.
             # Reading a column costs per row fetched at 1M chunks (docs/benchmarks.md, "Fourth round" and "Sixth
             # round"), and the legs fetch 100 each.
-            vec_rows, fts_rows = self._run_legs(tables, qvec, fts_text, where, leg_limit, slim=True)
+            vec_rows, fts_rows = self._run_legs(readers, qvec, fts_text, where, leg_limit, slim=True)
             hits = fuse(vec_rows, fts_rows, qvec, **fusion_args)
-            if self._materialise(tables, hits):
+            if self._materialise(readers, hits):
                 return hits
-            # A compaction moved rows between the legs and the read of their columns: whole rows, once more.
-        vec_rows, fts_rows = self._run_legs(tables, qvec, fts_text, where, leg_limit)
+            # The version's files went away between the legs and the read of their columns (cleaned up by another
+            # process's compaction): whole rows from the newest version, once more.
+            readers = self._snapshots(tables)
+        vec_rows, fts_rows = self._run_legs(readers, qvec, fts_text, where, leg_limit)
         return fuse(vec_rows, fts_rows, qvec, **fusion_args)
 
-    def _materialise(self, tables: list[tuple[str, LanceTable]], hits: list[Hit]) -> bool:
-        """Fill the hits' columns (and missing vectors) from their tables by row id; False when a row is gone, i.e.
-        the table was compacted since the legs ran (row ids are only stable until then; Lance never gives a
-        compacted row's address to another row, since new fragments get new numbers)."""
-        by_table = dict(tables)
+    @staticmethod
+    def _materialise(readers: list[tuple[str, LanceDataset, list[str]]], hits: list[Hit]) -> bool:
+        """Fill the hits' columns (and missing vectors) by row id from the version their legs searched; False when a
+        row cannot be read."""
         calls = []
-        for name in dict.fromkeys(h.index for h in hits):
+        for name, dataset, hit_columns in readers:
             ids = [h.row_id for h in hits if h.index == name]
-            columns = [*self._hit_columns(by_table[name]), "vector"]
-            query = by_table[name].take_row_ids(ids).select(columns).with_row_id()
-            calls.append(lambda q=query, n=name: (n, q.to_arrow()))
+            if ids:
+                # pylance's take by row id (LanceDB's `take_row_ids` calls the same, at 1.3 ms more a call).
+                columns = [*hit_columns, "vector", "_rowid"]
+                calls.append(lambda d=dataset, n=name, i=ids, c=columns: (n, d._take_rows(i, c)))
         rows: dict[tuple[str, int], dict] = {}
         try:
             for name, data in offload_all(calls):
                 rows.update(((name, r["_rowid"]), r) for r in _rows(data))
-        except Exception as exc:  # a fragment those row ids point into was compacted away
+        except Exception as exc:  # the files those row ids point into are gone
             log.info("search: reading the fused hits by row id failed, searching again: %s", exc)
             return False
         for hit in hits:
@@ -1032,7 +1079,7 @@ class Store:
 
     def _run_legs(
         self,
-        tables: list[tuple[str, LanceTable]],
+        readers: list[tuple[str, LanceDataset, list[str]]],
         qvec: np.ndarray | None,
         fts_text: str | None,
         where: str | None,
@@ -1043,45 +1090,44 @@ class Store:
         """Each table's vector and FTS legs, all at once in native threads, every row with its row id; `slim`: row
         ids and scores only (plus the FTS rows' vectors), the hit columns, id included, left for `_materialise`.
         Even the 32-character id costs 1.5 to 3 ms a leg to read for 100 rows at 1M chunks."""
-        from lancedb.query import MatchQuery
+        from lance.query import MatchQuery
 
-        hit_columns = {name: [] if slim else self._hit_columns(table) for name, table in tables}
         fetch = leg_limit + LEG_TIE_SLACK
+        filters = {"filter": where, "prefilter": True} if where else {}
 
-        def read(q, columns: list[str]) -> list[dict]:
-            return _rows(q.select(columns).limit(fetch).with_row_id(True).to_arrow())
-
-        def vector_leg(name: str, table: LanceTable) -> tuple[str, list[tuple[str, dict]]]:
-            q = table.search(qvec, query_type="vector", vector_column_name="vector").distance_type("cosine")
+        def vector_leg(name: str, dataset: LanceDataset, hit_columns: list[str]) -> tuple[str, list]:
+            nearest: dict[str, Any] = {"column": "vector", "q": qvec, "k": fetch, "metric": "cosine"}
             # Only used when the table has an ANN index: partitions probed, and candidates re-scored exactly.
-            q = q.nprobes(self.ann_nprobes)
+            nearest["nprobes"] = self.ann_nprobes
             if self.ann_refine_factor:
-                q = q.refine_factor(self.ann_refine_factor)
-            if self.ann_ef:  # LanceDB refuses an ef below the candidates it is asked for
-                q = q.ef(max(self.ann_ef, fetch * max(1, self.ann_refine_factor)))
-            if where:
-                q = q.where(where, prefilter=True)
+                nearest["refine_factor"] = self.ann_refine_factor
+            if self.ann_ef:  # Lance refuses an ef below the candidates it is asked for
+                nearest["ef"] = max(self.ann_ef, fetch * max(1, self.ann_refine_factor))
             # A slim leg leaves the vectors to `_materialise`: only the fused top needs them.
-            columns = [*hit_columns[name], *([] if slim else ["vector"]), "_distance"]
-            return "vector", [(name, r) for r in read(q, columns)]
+            columns = [*([] if slim else [*hit_columns, "vector"]), "_distance"]
+            data = dataset.to_table(
+                columns=columns, nearest=nearest, limit=fetch, with_row_id=True, **filters
+            )
+            return "vector", [(name, r) for r in _rows(data)]
 
-        def fts_leg(name: str, table: LanceTable) -> tuple[str, list[tuple[str, dict]]]:
+        def fts_leg(name: str, dataset: LanceDataset, hit_columns: list[str]) -> tuple[str, list]:
             # A MatchQuery is a plain bag of terms (OR): quotes, colons, parentheses and AND/OR typed by a user are
             # never parsed as query syntax, so no input can make the search raise.
-            q = table.search(MatchQuery(fts_text, "text"), query_type="fts")
-            if where:
-                q = q.where(where, prefilter=True)
             # In hybrid mode the stored vectors come along: a chunk only this leg found still gets its exact
             # cosine similarity, which the score fusions need (and the relevance check would else re-embed).
-            columns = [*hit_columns[name], "_score", *(["vector"] if qvec is not None else [])]
-            return "fts", [(name, r) for r in read(q, columns)]
+            columns = [*([] if slim else hit_columns), "_score", *(["vector"] if qvec is not None else [])]
+            query = MatchQuery(fts_text, "text")
+            data = dataset.to_table(
+                columns=columns, full_text_query=query, limit=fetch, with_row_id=True, **filters
+            )
+            return "fts", [(name, r) for r in _rows(data)]
 
         calls = []
-        for name, table in tables:
+        for reader in readers:
             if qvec is not None:
-                calls.append(lambda n=name, t=table: vector_leg(n, t))
+                calls.append(lambda r=reader: vector_leg(*r))
             if fts_text is not None:
-                calls.append(lambda n=name, t=table: fts_leg(n, t))
+                calls.append(lambda r=reader: fts_leg(*r))
         vec_rows: list[tuple[str, dict]] = []
         fts_rows: list[tuple[str, dict]] = []
         for leg, rows in offload_all(calls):
