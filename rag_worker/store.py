@@ -1296,57 +1296,80 @@ def fuse(
     slim leg returns nothing else), else by its id."""
     if fusion not in FUSIONS:
         raise ValueError(f"unknown fusion {fusion!r}")
-    hits: dict[tuple[str, object], Hit] = {}
+    # One entry per chunk: its first row, then ranks, scores and vector. A Hit is only built for the `limit` kept
+    # (a search's legs bring about 200 rows, most of which go).
+    entries: dict[tuple[str, object], _Fused] = {}
 
-    def hit_of(name: str, row: dict) -> Hit:
+    def entry_of(name: str, row: dict) -> _Fused:
         key = name, row["_rowid"] if "_rowid" in row else row["id"]
-        hit = hits.get(key)
-        if hit is None:
-            hit = hits[key] = _hit(name, row)
-        return hit
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = _Fused(name, row)
+        return entry
 
-    qnorm = float(np.linalg.norm(qvec)) if qvec is not None else 0.0
     for rank, (name, row) in enumerate(vec_rows, start=1):
-        hit = hit_of(name, row)
-        hit.vector_rank = rank
-        hit.vector_score = _safe(1.0 - float(row["_distance"]))
+        entry = entry_of(name, row)
+        entry.vector_rank = rank
+        entry.vector_score = _safe(1.0 - float(row["_distance"]))
         if row.get("vector") is not None:
-            hit.vector = row["vector"]
+            entry.vector = row["vector"]
+    qnorm = float(np.linalg.norm(qvec)) if qvec is not None else 0.0
     for rank, (name, row) in enumerate(fts_rows, start=1):
-        hit = hit_of(name, row)
-        hit.fts_rank = rank
-        hit.fts_score = _safe(row["_score"])
-        if hit.vector is None and row.get("vector") is not None:
-            hit.vector = row["vector"]
-        if hit.vector_score is None and qvec is not None and row.get("vector") is not None:
+        entry = entry_of(name, row)
+        entry.fts_rank = rank
+        entry.fts_score = _safe(row["_score"])
+        if entry.vector is None and row.get("vector") is not None:
+            entry.vector = row["vector"]
+        if entry.vector_score is None and qvec is not None and row.get("vector") is not None:
             vec = np.asarray(row["vector"], dtype=np.float32)
-            norms = float(np.linalg.norm(vec)) * qnorm
-            hit.vector_score = _safe(float(vec @ qvec) / norms) if norms > 0 else None
+            norms = float(np.sqrt(vec @ vec)) * qnorm  # np.linalg.norm's own sum, without its Python overhead
+            entry.vector_score = _safe(float(vec @ qvec) / norms) if norms > 0 else None
 
     if fusion == "rrf":
-        for hit in hits.values():
-            hit.score = sum(1.0 / (rrf_k + r) for r in (hit.vector_rank, hit.fts_rank) if r is not None)
+        for entry in entries.values():
+            entry.score = sum(1.0 / (rrf_k + r) for r in (entry.vector_rank, entry.fts_rank) if r is not None)
     else:
         # Normalisation statistics come from each leg's own candidates, as the leg ranked them.
-        vec_scores = [h.vector_score for h in hits.values() if h.vector_rank is not None]
-        fts_scores = [h.fts_score for h in hits.values() if h.fts_rank is not None]
+        vec_scores = [e.vector_score for e in entries.values() if e.vector_rank is not None]
+        fts_scores = [e.fts_score for e in entries.values() if e.fts_rank is not None]
         norm_vec = _normaliser(fusion, [s for s in vec_scores if s is not None], COSINE_MIN)
         norm_fts = _normaliser(fusion, [s for s in fts_scores if s is not None], BM25_MIN)
-        for hit in hits.values():
-            cos = hit.vector_score if hit.vector_score is not None else COSINE_MIN
-            bm25 = hit.fts_score if hit.fts_score is not None else BM25_MIN
-            hit.score = alpha * norm_vec(cos) + (1.0 - alpha) * norm_fts(bm25)
+        for entry in entries.values():
+            cos = entry.vector_score if entry.vector_score is not None else COSINE_MIN
+            bm25 = entry.fts_score if entry.fts_score is not None else BM25_MIN
+            entry.score = alpha * norm_vec(cos) + (1.0 - alpha) * norm_fts(bm25)
     ordered = sorted(
-        hits.values(),
-        key=lambda h: (
-            -h.score,
-            -(h.vector_score if h.vector_score is not None else -2.0),
-            h.index,
-            -1 if h.row_id is None else h.row_id,
-            h.id,
+        entries.values(),
+        key=lambda e: (
+            -e.score,
+            -(e.vector_score if e.vector_score is not None else -2.0),
+            e.name,
+            -1 if e.row.get("_rowid") is None else e.row["_rowid"],
+            e.row.get("id", ""),
         ),
     )
-    return ordered[:limit]
+    return [entry.hit() for entry in ordered[:limit]]
+
+
+class _Fused:
+    """One chunk in `fuse`: the first row a leg gave for it, and what the legs said of it."""
+
+    __slots__ = ("name", "row", "score", "vector_score", "fts_score", "vector_rank", "fts_rank", "vector")
+
+    def __init__(self, name: str, row: dict):
+        self.name, self.row = name, row
+        self.score = 0.0
+        self.vector_score: float | None = None
+        self.fts_score: float | None = None
+        self.vector_rank: int | None = None
+        self.fts_rank: int | None = None
+        self.vector = None
+
+    def hit(self) -> Hit:
+        hit = _hit(self.name, self.row)
+        hit.score, hit.vector_score, hit.fts_score = self.score, self.vector_score, self.fts_score
+        hit.vector_rank, hit.fts_rank, hit.vector = self.vector_rank, self.fts_rank, self.vector
+        return hit
 
 
 def _normaliser(fusion: str, scores: list[float], floor: float):
