@@ -1034,10 +1034,11 @@ class Store:
     ) -> list[Hit]:
         readers = self._snapshots(tables)
         if qvec is not None and fts_text is not None and leg_limit > fusion_args["limit"]:
-            # Late materialisation: both legs return row ids and scores only (the FTS leg its vectors too, for the
-            # fusions' cosine), and the hit columns, the id among them, are read for the fused top `limit` alone.
-            # Reading a column costs per row fetched at 1M chunks (docs/benchmarks.md, "Fourth round" and "Sixth
-            # round"), and the legs fetch 100 each.
+            # Late materialisation: both legs return row ids, scores and vectors (the FTS leg's for the fusions'
+            # cosine, the vector leg's because its exact re-scoring has read them already), and the hit columns,
+            # the id among them, are read for the fused top `limit` alone. Reading a column costs per row fetched
+            # at 1M chunks (docs/benchmarks.md, "Fourth round", "Sixth round" and "Ninth round"), and the legs
+            # fetch 100 each.
             vec_rows, fts_rows = self._run_legs(readers, qvec, fts_text, where, leg_limit, slim=True)
             hits = fuse(vec_rows, fts_rows, qvec, **fusion_args)
             if self._materialise(readers, hits):
@@ -1050,15 +1051,17 @@ class Store:
 
     @staticmethod
     def _materialise(readers: list[tuple[str, LanceDataset, list[str]]], hits: list[Hit]) -> bool:
-        """Fill the hits' columns (and missing vectors) by row id from the version their legs searched; False when a
-        row cannot be read."""
+        """Fill the hits' columns (and the vectors no leg brought) by row id from the version their legs searched;
+        False when a row cannot be read."""
         calls = []
         for name, dataset, hit_columns in readers:
-            ids = [h.row_id for h in hits if h.index == name]
-            if ids:
+            mine = [h for h in hits if h.index == name]
+            if mine:
                 # pylance's take by row id, `_take_rows`: marked unstable, so tests/unit/test_store.py compares every
                 # field it returns with whole-row legs. LanceDB's `take_row_ids` reads the same at 1.3 ms more a call.
-                columns = [*hit_columns, "vector", "_rowid"]
+                vector = ["vector"] if any(h.vector is None for h in mine) else []
+                columns = [*hit_columns, *vector, "_rowid"]
+                ids = [h.row_id for h in mine]
                 calls.append(lambda d=dataset, n=name, i=ids, c=columns: (n, d._take_rows(i, c)))
         rows: dict[tuple[str, int], dict] = {}
         try:
@@ -1089,8 +1092,9 @@ class Store:
         slim: bool = False,
     ) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
         """Each table's vector and FTS legs, all at once in native threads, every row with its row id; `slim`: row
-        ids and scores only (plus the FTS rows' vectors), the hit columns, id included, left for `_materialise`.
-        Even the 32-character id costs 1.5 to 3 ms a leg to read for 100 rows at 1M chunks."""
+        ids, scores and vectors only (the vector leg's where its search reads them anyway), the hit columns, id
+        included, left for `_materialise`. Even the 32-character id costs 1.5 to 3 ms a leg to read for 100 rows at
+        1M chunks."""
         from lance.query import MatchQuery
 
         fetch = leg_limit + LEG_TIE_SLACK
@@ -1104,8 +1108,17 @@ class Store:
                 nearest["refine_factor"] = self.ann_refine_factor
             if self.ann_ef:  # Lance refuses an ef below the candidates it is asked for
                 nearest["ef"] = max(self.ann_ef, fetch * max(1, self.ann_refine_factor))
-            # A slim leg leaves the vectors to `_materialise`: only the fused top needs them.
-            columns = [*([] if slim else [*hit_columns, "vector"]), "_distance"]
+            # A slim leg brings the vectors only where the search reads them anyway: an exact scan, or an ANN
+            # search that re-scores its candidates exactly (0.15 ms for 105 rows at 1M chunks, where reading them
+            # afterwards costs 20 us a row). Otherwise `_materialise` reads them for the fused top.
+            if slim:
+                columns = (
+                    ["vector", "_distance"]
+                    if self.ann_refine_factor or not _has_vector_index(dataset)
+                    else ["_distance"]
+                )
+            else:
+                columns = [*hit_columns, "vector", "_distance"]
             data = dataset.to_table(
                 columns=columns, nearest=nearest, limit=fetch, with_row_id=True, **filters
             )
@@ -1116,6 +1129,8 @@ class Store:
             # never parsed as query syntax, so no input can make the search raise.
             # In hybrid mode the stored vectors come along: a chunk only this leg found still gets its exact
             # cosine similarity, which the score fusions need (and the relevance check would else re-embed).
+            # Reading them here costs less than reading those of the rows the vector leg did not return afterwards
+            # (docs/benchmarks.md, "Ninth round").
             columns = [*([] if slim else hit_columns), "_score", *(["vector"] if qvec is not None else [])]
             query = MatchQuery(fts_text, "text")
             data = dataset.to_table(
@@ -1268,6 +1283,12 @@ def _hit(index: str, row: dict) -> Hit:
         metadata=metadata if isinstance(metadata, dict) else {},
         index=index,
         row_id=row.get("_rowid"),
+    )
+
+
+def _has_vector_index(dataset: LanceDataset) -> bool:
+    return any(
+        "vector" in index["fields"] and index["type"] != "Inverted" for index in dataset.list_indices()
     )
 
 

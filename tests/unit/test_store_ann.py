@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pytest
 
-from rag_worker.store import Store
+from rag_worker.store import Store, fuse
 
 
 def rows(start: int, count: int, dim: int, rng: np.random.Generator) -> list[dict]:
@@ -54,3 +55,29 @@ def test_no_ann_index_when_disabled(tmp_path, embedder):
     store = Store(tmp_path / "db", embedder, ann_min_rows=0)
     store.add_chunks("big", rows(0, 700, embedder.dim, rng))
     assert not store.has_ann("big")
+
+
+@pytest.mark.parametrize("refine", [1, 0], ids=["refined", "not-refined"])
+def test_hybrid_hits_over_an_ann_index_are_those_whole_row_legs_give(tmp_path, embedder, refine):
+    """Over an ANN index a hybrid search's vector leg brings the vectors its exact re-scoring has read (refine), or
+    leaves them to the read of the fused top (no refine). Either way every hit carries every field, and its own
+    stored vector, as fusing legs that read whole rows gives them."""
+    rng = np.random.default_rng(9)
+    store = Store(tmp_path / "db", embedder, ann_min_rows=600, ann_refine_factor=refine)
+    written = rows(0, 700, embedder.dim, rng)
+    store.add_chunks("big", written)
+    assert store.has_ann("big")
+    stored = {r["filename"]: r["vector"] for r in written}
+    tables = [("big", store._require("big"))]
+    for n in (42, 99, 650):
+        query = str(n)  # one text has the word: the other hits come from the vector leg alone
+        qvec = written[n]["vector"] + 0.5 * written[n + 1]["vector"]
+        got = store.search("big", query, vector=qvec, limit=8, fusion="robust")
+        vec_rows, fts_rows = store._run_legs(store._snapshots(tables), qvec, query, None, 100)
+        want = fuse(vec_rows, fts_rows, qvec, limit=8, fusion="robust", rrf_k=10, alpha=0.5)
+        assert got[0].filename == f"doc{n}.txt"
+        # Hits only the vector leg found, whose vectors it may not bring:
+        assert any(h.fts_rank is None for h in got)
+        assert [h.to_dict() for h in got] == [h.to_dict() for h in want]
+        for hit in got:
+            assert np.array_equal(hit.vector, stored[hit.filename])
