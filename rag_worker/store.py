@@ -37,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import random
 import re
@@ -1292,11 +1291,6 @@ def _has_vector_index(dataset: LanceDataset) -> bool:
     )
 
 
-def _safe(value: float) -> float | None:
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def fuse(
     vec_rows: list[tuple[str, dict]],
     fts_rows: list[tuple[str, dict]],
@@ -1318,95 +1312,120 @@ def fuse(
     slim leg returns nothing else), else by its id."""
     if fusion not in FUSIONS:
         raise ValueError(f"unknown fusion {fusion!r}")
-    # One entry per chunk: its first row, then ranks, scores and vector. A Hit is only built for the `limit` kept
-    # (a search's legs bring about 200 rows, most of which go).
-    entries: dict[tuple[str, object], _Fused] = {}
+    # One entry per chunk (its first row), numbered in the order the legs bring them; the scores are computed for
+    # all entries at once, and a Hit is only built for the `limit` kept (a search's legs bring about 200 rows,
+    # most of which go).
+    vec_keys = [(name, row["_rowid"] if "_rowid" in row else row["id"]) for name, row in vec_rows]
+    fts_keys = [(name, row["_rowid"] if "_rowid" in row else row["id"]) for name, row in fts_rows]
+    number: dict[tuple[str, object], int] = {}
+    rows: list[dict] = []
+    for key, (_, row) in zip([*vec_keys, *fts_keys], [*vec_rows, *fts_rows], strict=True):
+        if key not in number:
+            number[key] = len(rows)
+            rows.append(row)
+    names = [name for name, _ in number]
+    size = len(rows)
+    vector_rank = np.zeros(size, dtype=np.int64)  # 0: not in the leg
+    fts_rank = np.zeros(size, dtype=np.int64)
+    cosine = np.full(size, np.nan)
+    scores = np.full(size, np.nan)
+    vectors: list = [None] * size
+    if vec_rows:
+        at = [number[key] for key in vec_keys]
+        vector_rank[at] = np.arange(1, len(at) + 1)
+        cosine[at] = 1.0 - np.array([float(row["_distance"]) for _, row in vec_rows])
+        for n, (_, row) in zip(at, vec_rows, strict=True):
+            if row.get("vector") is not None:
+                vectors[n] = row["vector"]
+    if fts_rows:
+        at = [number[key] for key in fts_keys]
+        fts_rank[at] = np.arange(1, len(at) + 1)
+        scores[at] = [float(row["_score"]) for _, row in fts_rows]
+        for n, (_, row) in zip(at, fts_rows, strict=True):
+            if vectors[n] is None and row.get("vector") is not None:
+                vectors[n] = row["vector"]
+    cosine[~np.isfinite(cosine)] = np.nan
+    scores[~np.isfinite(scores)] = np.nan
 
-    def entry_of(name: str, row: dict) -> _Fused:
-        key = name, row["_rowid"] if "_rowid" in row else row["id"]
-        entry = entries.get(key)
-        if entry is None:
-            entry = entries[key] = _Fused(name, row)
-        return entry
-
-    for rank, (name, row) in enumerate(vec_rows, start=1):
-        entry = entry_of(name, row)
-        entry.vector_rank = rank
-        entry.vector_score = _safe(1.0 - float(row["_distance"]))
-        if row.get("vector") is not None:
-            entry.vector = row["vector"]
-    qnorm = float(np.linalg.norm(qvec)) if qvec is not None else 0.0
-    for rank, (name, row) in enumerate(fts_rows, start=1):
-        entry = entry_of(name, row)
-        entry.fts_rank = rank
-        entry.fts_score = _safe(row["_score"])
-        if entry.vector is None and row.get("vector") is not None:
-            entry.vector = row["vector"]
-        if entry.vector_score is None and qvec is not None and row.get("vector") is not None:
-            vec = np.asarray(row["vector"], dtype=np.float32)
-            norms = float(np.sqrt(vec @ vec)) * qnorm  # np.linalg.norm's own sum, without its Python overhead
-            entry.vector_score = _safe(float(vec @ qvec) / norms) if norms > 0 else None
+    in_vec = vector_rank > 0
+    in_fts = fts_rank > 0
+    # The cosine similarity of the chunks only the FTS leg found, from their stored vectors, all in one product.
+    only_fts = []
+    if qvec is not None:
+        only_fts = [n for n in np.flatnonzero(in_fts & np.isnan(cosine)).tolist() if vectors[n] is not None]
+    if only_fts:
+        matrix = np.stack([vectors[n] for n in only_fts]).astype(np.float32, copy=False)
+        qnorm = float(np.linalg.norm(qvec))
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix)).astype(np.float64) * qnorm
+        with np.errstate(divide="ignore", invalid="ignore"):
+            found = (matrix @ np.asarray(qvec, dtype=np.float32)).astype(np.float64) / norms
+        cosine[only_fts] = np.where((norms > 0) & np.isfinite(found), found, np.nan)
 
     if fusion == "rrf":
-        for entry in entries.values():
-            entry.score = sum(1.0 / (rrf_k + r) for r in (entry.vector_rank, entry.fts_rank) if r is not None)
+        fused = np.where(in_vec, 1.0 / (rrf_k + vector_rank), 0.0) + np.where(
+            in_fts, 1.0 / (rrf_k + fts_rank), 0.0
+        )
     else:
         # Normalisation statistics come from each leg's own candidates, as the leg ranked them.
-        vec_scores = [e.vector_score for e in entries.values() if e.vector_rank is not None]
-        fts_scores = [e.fts_score for e in entries.values() if e.fts_rank is not None]
-        norm_vec = _normaliser(fusion, [s for s in vec_scores if s is not None], COSINE_MIN)
-        norm_fts = _normaliser(fusion, [s for s in fts_scores if s is not None], BM25_MIN)
-        for entry in entries.values():
-            cos = entry.vector_score if entry.vector_score is not None else COSINE_MIN
-            bm25 = entry.fts_score if entry.fts_score is not None else BM25_MIN
-            entry.score = alpha * norm_vec(cos) + (1.0 - alpha) * norm_fts(bm25)
-    ordered = sorted(
-        entries.values(),
-        key=lambda e: (
-            -e.score,
-            -(e.vector_score if e.vector_score is not None else -2.0),
-            e.name,
-            -1 if e.row.get("_rowid") is None else e.row["_rowid"],
-            e.row.get("id", ""),
-        ),
+        vec_scores = cosine[in_vec & ~np.isnan(cosine)]
+        fts_scores = scores[in_fts & ~np.isnan(scores)]
+        norm_vec = _normaliser(fusion, vec_scores, COSINE_MIN)
+        norm_fts = _normaliser(fusion, fts_scores, BM25_MIN)
+        fused = alpha * norm_vec(np.where(np.isnan(cosine), COSINE_MIN, cosine)) + (1.0 - alpha) * norm_fts(
+            np.where(np.isnan(scores), BM25_MIN, scores)
+        )
+
+    # Only the entries that can make the cut are ordered: those scoring at least the `limit`-th best score.
+    if len(names) > limit:
+        cut = np.partition(fused, len(names) - limit)[len(names) - limit]
+        candidates = np.flatnonzero(fused >= cut).tolist()
+    else:
+        candidates = list(range(len(names)))
+    tie_cosine = np.where(np.isnan(cosine), -2.0, cosine)
+    candidates.sort(
+        key=lambda n: (
+            -fused[n],
+            -tie_cosine[n],
+            names[n],
+            -1 if rows[n].get("_rowid") is None else rows[n]["_rowid"],
+            rows[n].get("id", ""),
+        )
     )
-    return [entry.hit() for entry in ordered[:limit]]
+    hits = []
+    for n in candidates[:limit]:
+        hit = _hit(names[n], rows[n])
+        hit.score = float(fused[n])
+        hit.vector_score = None if np.isnan(cosine[n]) else float(cosine[n])
+        hit.fts_score = None if np.isnan(scores[n]) else float(scores[n])
+        hit.vector_rank = int(vector_rank[n]) or None
+        hit.fts_rank = int(fts_rank[n]) or None
+        hit.vector = vectors[n]
+        hits.append(hit)
+    return hits
 
 
-class _Fused:
-    """One chunk in `fuse`: the first row a leg gave for it, and what the legs said of it."""
-
-    __slots__ = ("name", "row", "score", "vector_score", "fts_score", "vector_rank", "fts_rank", "vector")
-
-    def __init__(self, name: str, row: dict):
-        self.name, self.row = name, row
-        self.score = 0.0
-        self.vector_score: float | None = None
-        self.fts_score: float | None = None
-        self.vector_rank: int | None = None
-        self.fts_rank: int | None = None
-        self.vector = None
-
-    def hit(self) -> Hit:
-        hit = _hit(self.name, self.row)
-        hit.score, hit.vector_score, hit.fts_score = self.score, self.vector_score, self.fts_score
-        hit.vector_rank, hit.fts_rank, hit.vector = self.vector_rank, self.fts_rank, self.vector
-        return hit
-
-
-def _normaliser(fusion: str, scores: list[float], floor: float):
-    """score -> normalised score for one leg: theoretical min-max ("tmm"), z-score ("zscore") or robust z-score
-    ("robust"; the plain z-score's deviation where more than half the scores are equal, so the MAD is 0)."""
-    if not scores:
-        return lambda s: 0.0
+def _normaliser(fusion: str, scores: np.ndarray, floor: float):
+    """scores -> normalised scores (numpy arrays) for one leg: theoretical min-max ("tmm"), z-score ("zscore") or
+    robust z-score ("robust"; the plain z-score's deviation where more than half the scores are equal, so the MAD
+    is 0)."""
+    if len(scores) == 0:
+        return lambda s: np.zeros(np.shape(s))
     if fusion == "tmm":
-        span = max(scores) - floor
-        return (lambda s: (s - floor) / span) if span > 0 else (lambda s: 0.0)
+        span = float(np.max(scores)) - floor
+        return (lambda s: (s - floor) / span) if span > 0 else (lambda s: np.zeros(np.shape(s)))
     if fusion == "robust":
-        median = float(np.median(scores))
-        mad = MAD_TO_STD * float(np.median(np.abs(np.asarray(scores) - median)))
+        median = _median(scores)
+        mad = MAD_TO_STD * _median(np.abs(scores - median))
         if mad > 0:
             return lambda s: (s - median) / mad
     mean = float(np.mean(scores))
     std = float(np.std(scores))
     return (lambda s: (s - mean) / std) if std > 0 else (lambda s: s - mean)
+
+
+def _median(values: np.ndarray) -> float:
+    """np.median's value (the middle one, or the mean of the two middle ones) without its overhead, which is most
+    of its cost for a leg's hundred scores."""
+    ordered = np.sort(values)
+    middle = len(ordered) // 2
+    return float(ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2)
