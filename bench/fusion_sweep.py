@@ -30,6 +30,7 @@ the chunk's own text does not already hold it (its own cache folder; vectors are
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -159,6 +160,8 @@ def _slim(rows):
     slim = []
     for name, row in rows:
         keep = {k: row[k] for k in (*_KEEP, PACKED) if k in row}
+        if "id" not in keep:  # a table whose packed column holds the id: the legs read no id column
+            keep["id"] = json.loads(row[PACKED])["id"]
         keep["text"] = ""
         if row.get("vector") is not None:
             keep["vector"] = np.asarray(row["vector"], dtype=np.float32)

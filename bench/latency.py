@@ -51,7 +51,7 @@ SCIFACT = ROOT.parent / "shared" / "eval" / "scifact"
 INDEX = "latency"
 TOP = 30  # RETRIEVAL_CANDIDATES default: what /chat asks the stage for
 CHUNKS_PER_DOC = 2  # SciFact: 11,226 chunks of 5,183 abstracts
-LAYOUT = 4  # of the rows `append` writes; a reused table must have been written with this one (4: the packed column)
+LAYOUT = 5  # of the rows `append` writes; a reused table must have been written with it (5: the id packed)
 
 
 def base_vectors(cache: Path, dim: int) -> np.ndarray:

@@ -20,7 +20,7 @@ Facts this module relies on (verified against lancedb 0.40 by tests/unit/test_st
 - LanceDB makes a table's folder before it commits the table's first version, so a table exists once its
   `_versions` folder holds a manifest (`_has_table`), not when the folder appears;
 - a read of rows by row id pays per column per row, so searches read a hit's fields from one packed column
-  (`PACKED`), not from six;
+  (`PACKED`), not from seven (tables made before the id joined it read the id column too);
 - searches (both legs and the read of the fused hits) run on a pylance dataset of the table's newest version, not
   through LanceDB's query layer, which costs 1.3 to 2.8 ms a call at 1M chunks (docs/benchmarks.md, "Eighth
   round"). Checking for a newer version is a listing of `_versions` (tens of microseconds), done once per search,
@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .errors import ApiError, BadRequest, EmbedderMismatch, NotFound
 from .locks import native_sleep
@@ -111,15 +112,18 @@ ALIASES = "aliases"  # folder in the store root: one file per rebuilt index nami
 DOCUMENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _WORD_RE = re.compile(r"\w", re.UNICODE)
 _HIT_COLUMNS = ["id", "document_id", "filename", "dataset", "page", "chunk_index", "text", "metadata"]
-# A hit's fields but its id and text, also packed into one JSON column, `hit`, which the searches read instead of
-# the six columns (as Lucene keeps a document's stored fields together). A Lance read by row id pays per column
-# per row, and a column that is constant across a file (`dataset` in a one-dataset index) decodes a whole page per
-# row: at 1M chunks, 30 hits' six columns cost several ms where the one column costs about one (docs/benchmarks.md,
-# "Fifth round"). The separate columns stay for filters, listings and older readers. Tables made before the column
-# existed lack it and are read column by column (`Store._hit_columns`).
+# A hit's fields but its text, also packed into one JSON column, `hit`, which the searches read instead of the
+# seven columns (as Lucene keeps a document's stored fields together). A Lance read by row id pays per column per
+# row, and a column that is constant across a file (`dataset` in a one-dataset index) decodes a whole page per
+# row: at 1M chunks, 30 hits' six columns cost several ms where the one column costs about one, and the id column
+# half a millisecond more (docs/benchmarks.md, "Fifth round" and "Ninth round"). The separate columns stay for
+# filters, listings and older readers. Tables made before the column existed lack it and are read column by
+# column; in tables made before the id joined it (their marker lacks PACKED_ID) the id is read from its column
+# (`Store._hit_columns`).
 PACKED = "hit"
-_PACKED_FIELDS = ("document_id", "filename", "dataset", "page", "chunk_index", "metadata")
-_PACKED_COLUMNS = ["id", "text", PACKED]
+PACKED_ID = "packed_id"  # marker key: every row's packed column holds its id
+_PACKED_FIELDS = ("id", "document_id", "filename", "dataset", "page", "chunk_index", "metadata")
+_PACKED_COLUMNS = ["text", PACKED]
 # The full-text tokenizer: English stemming is worth +0.03 nDCG@10 of the FTS leg on SciFact, dropping stop words
 # a hair (docs/benchmarks.md). Changing it only affects tables created afterwards.
 FTS_CONFIG = {
@@ -288,6 +292,7 @@ class Store:
             "embedding_model": self.embedder.model_id,
             "dim": int(self.embedder.dim),
             "model_path": getattr(self.embedder, "model_path", None),
+            PACKED_ID: True,
         }
 
     def exists(self, index: str) -> bool:
@@ -546,8 +551,11 @@ class Store:
         """Replace the documents `keys` with `data` (rows as `scan_documents` returns them) in one commit."""
         table = self._writable(index)
         schema = table_schema(self.embedder.dim, self.own_marker)
-        if PACKED not in data.column_names:  # carried over from a table made before the packed column
+        # Carried over from a table made before the packed column, or before the id joined it: packed afresh.
+        if PACKED not in data.column_names:
             data = data.append_column(PACKED, packed_column(data))
+        elif not pc.all(pc.starts_with(data.column(PACKED), '{"id": ')).as_py():
+            data = data.set_column(data.schema.get_field_index(PACKED), PACKED, packed_column(data))
         data = self._conform(table, data.select(schema.names).cast(schema))
         digests = sorted({doc_key(d, f) for d, f in keys})
         where = "doc_key IN (" + ", ".join(f"'{d}'" for d in digests) + ")" if digests else None
@@ -816,7 +824,10 @@ class Store:
 
     def _hit_columns(self, table: LanceTable) -> list[str]:
         """The columns a search reads for a hit: the packed ones, or each on a table made before them."""
-        return _PACKED_COLUMNS if self._marker_of(table).get("packed") else _HIT_COLUMNS
+        marker = self._marker_of(table)
+        if not marker.get("packed"):
+            return _HIT_COLUMNS
+        return _PACKED_COLUMNS if marker.get(PACKED_ID) else ["id", *_PACKED_COLUMNS]
 
     def _conform(self, table: LanceTable, data: pa.Table) -> pa.Table:
         """`data` as `table` takes it: without the packed column for a table made before it."""
@@ -862,9 +873,10 @@ class Store:
             if page is not None and (not isinstance(page, int) or isinstance(page, bool)):
                 raise BadRequest(f"row {n}: page must be an integer or null", code="bad_rows")
             metadata = json.dumps(row.get("metadata") or {}, ensure_ascii=False, default=str)
+            row_id = str(row.get("id") or chunk_id(dataset, filename, document_id, chunk_index))
             clean.append(
                 {
-                    "id": str(row.get("id") or chunk_id(dataset, filename, document_id, chunk_index)),
+                    "id": row_id,
                     "doc_key": doc_key(dataset, filename),
                     "document_id": document_id,
                     "filename": filename,
@@ -875,7 +887,7 @@ class Store:
                     "metadata": metadata,
                     "file_bytes": int(row.get("file_bytes") or 0),
                     "indexed_at": str(row.get("indexed_at") or ""),
-                    PACKED: _pack(document_id, filename, dataset, page, chunk_index, metadata),
+                    PACKED: _pack(row_id, document_id, filename, dataset, page, chunk_index, metadata),
                 }
             )
         ids = [r["id"] for r in clean]
@@ -1230,11 +1242,12 @@ def _rows(data: pa.Table) -> list[dict]:
 
 
 def _pack(
-    document_id: str, filename: str, dataset: str, page: int | None, chunk_index: int, metadata: str
+    id: str, document_id: str, filename: str, dataset: str, page: int | None, chunk_index: int, metadata: str
 ) -> str:
     """The packed column's value: the fields as JSON, `metadata` (already JSON) spliced in, not encoded twice."""
     head = json.dumps(
         {
+            "id": id,
             "document_id": document_id,
             "filename": filename,
             "dataset": dataset,

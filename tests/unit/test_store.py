@@ -665,3 +665,67 @@ def test_a_table_made_before_the_packed_column_is_searched_written_and_rebuilt(t
     for mode in modes:
         hits = store.search(staged, QUERIES[0], mode=mode, limit=4)
         assert hits and [stored(h) for h in hits] == [want[h.id] for h in hits]
+
+
+def packed_ids(store: Store, index: str) -> dict[str, str | None]:
+    """id column -> the id the packed column holds (None where it holds none), for every row."""
+    import json
+
+    from rag_worker.store import PACKED
+
+    rows = store._scan(store._require(index), None, ["id", PACKED])
+    return {row["id"]: json.loads(row[PACKED]).get("id") for row in rows}
+
+
+def test_a_table_whose_packed_column_lacks_the_id_is_searched_written_and_rebuilt(
+    tmp_path, embedder, monkeypatch
+):
+    """An index written by a worker from before the id joined the packed column: its marker says nothing of it, so
+    searches read the id column; writes leave the marker so, and a rebuild's new table packs every row's id, the
+    carried rows' included."""
+    import json
+
+    from rag_worker import store as store_module
+    from rag_worker.store import PACKED_ID
+
+    root = tmp_path / "lancedb"
+    pack, marker = store_module._pack, Store.own_marker.fget
+    with monkeypatch.context() as m:  # the older worker
+        m.setattr(
+            store_module, "_pack", lambda id, *rest: pack(id, *rest).replace(f'"id": {json.dumps(id)}, ', "")
+        )
+        m.setattr(
+            Store,
+            "own_marker",
+            property(lambda self: {k: v for k, v in marker(self).items() if k != PACKED_ID}),
+        )
+        older = Store(root, embedder)
+        for (dataset, filename), chunks in CORPUS.items():
+            older.add_chunks("default", rows_for(dataset, filename, chunks, embedder=embedder))
+    assert set(packed_ids(older, "default").values()) == {None}
+
+    store = Store(root, embedder)  # a new worker opening the old table
+    assert PACKED_ID not in store.marker("default")
+    want = column_hits(store, "default")
+    for mode in ("hybrid", "vector", "fts"):
+        for query in QUERIES:
+            hits = store.search("default", query, mode=mode, limit=4)
+            assert hits and [stored(h) for h in hits] == [want[h.id] for h in hits]
+
+    parking = ["Parking spaces are assigned by the facilities team each quarter."]
+    store.add_chunks("default", rows_for("hr", "parking.md", parking, embedder=embedder))
+    assert PACKED_ID not in store.marker("default")
+    top = store.search("default", "who assigns parking spaces", limit=1)[0]
+    assert (top.filename, top.text) == ("parking.md", parking[0])
+    assert stored(top) == column_hits(store, "default")[top.id]
+
+    staged = "default.0123456789ab"
+    keys = [(d["dataset"], d["filename"]) for d in store.list_documents("default")]
+    store.write_rows(staged, store.scan_documents("default", keys), keys)
+    assert store.marker(staged)[PACKED_ID] is True
+    carried = packed_ids(store, staged)
+    assert carried == {chunk: chunk for chunk in packed_ids(store, "default")}
+    want = {k: {**v, "index": staged} for k, v in column_hits(store, "default").items()}
+    for mode in ("hybrid", "vector", "fts"):
+        hits = store.search(staged, QUERIES[0], mode=mode, limit=4)
+        assert hits and [stored(h) for h in hits] == [want[h.id] for h in hits]
