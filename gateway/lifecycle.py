@@ -125,22 +125,13 @@ def save_progress(
     steps: list | None,
     documents: list | None,
 ) -> tuple[bool, bool]:
-    """The owner's periodic write: the answer so far (only what changed) and the heartbeat.
-    Returns (still_owned, stop_requested)."""
+    """The owner's periodic write: the heartbeat and the answer so far (only what changed), nothing when the turn
+    is no longer this one's. Returns (still_owned, stop_requested).
+
+    The chat row is written before the message, the order in which the turn's final save (`turns.save_complete`,
+    `turns.save_failed`: SQLAlchemy flushes the chats table first) takes them: one still running when the other
+    starts waits for it, where the opposite order deadlocked on Postgres and lost one of the two writes."""
     with db.session() as s:
-        values: dict = {}
-        if content is not None:
-            values["content"] = content
-        if steps is not None:
-            values["steps"] = steps
-        if documents is not None:
-            values["documents"] = documents
-        if values:
-            s.exec(
-                update(Message)
-                .where(col(Message.id) == message_id, col(Message.status) == "running")
-                .values(**values)
-            )
         beat = s.exec(
             update(Chat)
             .where(col(Chat.id) == chat_id, col(Chat.turn_message_id) == message_id)
@@ -150,6 +141,19 @@ def save_progress(
         stop_at = None
         if owned:
             stop_at = s.exec(select(Chat.turn_stop_at).where(col(Chat.id) == chat_id)).first()
+            values: dict = {}
+            if content is not None:
+                values["content"] = content
+            if steps is not None:
+                values["steps"] = steps
+            if documents is not None:
+                values["documents"] = documents
+            if values:
+                s.exec(
+                    update(Message)
+                    .where(col(Message.id) == message_id, col(Message.status) == "running")
+                    .values(**values)
+                )
         s.commit()
     return owned, stop_at is not None
 

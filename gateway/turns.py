@@ -131,6 +131,7 @@ class TurnHandle:
         self.listeners: list[asyncio.Queue] = []
         self.stop = asyncio.Event()
         self.wake = asyncio.Event()  # enough unsaved tokens: save now rather than at the next heartbeat
+        self.finishing = False  # the final save is next: the periodic saves end
         self.task: asyncio.Task | None = None
         self.saved_tokens = 0
         self.saved_steps = 0
@@ -378,6 +379,8 @@ async def keep_turn(c: Context, handle: TurnHandle) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(handle.wake.wait(), timeout=c.settings.turn_heartbeat_s)
         handle.wake.clear()
+        if handle.finishing:
+            return
         tokens, steps = len(rec.tokens), len(rec.steps)
         content = rec.partial_reply if tokens != handle.saved_tokens and rec.done is None else None
         step_list = list(rec.steps) if steps != handle.saved_steps and rec.done is None else None
@@ -453,6 +456,11 @@ async def run_turn(c: Context, handle: TurnHandle) -> TurnRecord:
             raise
         finally:
             stopper.cancel()
+        # The periodic saves end before the final one: a save still in flight completes first, so the two never
+        # write the turn's rows at once (they would wait on each other's row locks on Postgres).
+        handle.finishing = True
+        handle.wake.set()
+        await asyncio.gather(keeper, return_exceptions=True)
         await _finish(c, handle, held)
     finally:
         keeper.cancel()
@@ -486,7 +494,9 @@ async def _finish(c: Context, handle: TurnHandle, held: str | None) -> None:
         except Exception:
             log.exception("storing the turn in chat %s failed", plan.chat_id)
             await in_thread(release_lock, c, plan)
-            handle.emit(frame("error", {"error": "the answer could not be saved", "code": "save_failed"}))
+            # The JSON route's 502 says so too (it carried the turn with no error before).
+            rec.error = {"error": "the answer could not be saved", "code": "save_failed"}
+            handle.emit(frame("error", rec.error))
         return
     if rec.stopped:
         rec.status = "interrupted"
