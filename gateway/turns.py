@@ -316,7 +316,7 @@ def save_failed(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
             return
         user_msg.status, user_msg.error = rec.status, error
         s.add(user_msg)
-        kept = None
+        kept = dropped = None
         if assistant is not None:
             if rec.tokens or rec.status == "interrupted":
                 assistant.content = rec.partial_reply
@@ -328,11 +328,13 @@ def save_failed(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
                 s.add(assistant)
                 kept = assistant.id
             else:  # nothing was answered: the user message carries the error alone
-                s.exec(delete(Message).where(col(Message.id) == assistant.id))
+                dropped = assistant.id
         if chat.turn_message_id == plan.message_id:
             chat.updated_at = utcnow()
             s.add(chat)
-        s.flush()
+        s.flush()  # the chat row before the messages, as every write of a running turn takes them
+        if dropped is not None:
+            s.exec(delete(Message).where(col(Message.id) == dropped))
         _release(s, plan)
         s.commit()
         rec.user_message_id, rec.message_id = user_msg.id, kept
