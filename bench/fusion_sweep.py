@@ -30,7 +30,6 @@ the chunk's own text does not already hold it (its own cache folder; vectors are
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -155,13 +154,13 @@ def prf_legs(services, fetched_texts: dict, fetched: dict, depth: int, n_docs: i
 
 
 def _slim(rows):
-    from rag_worker.store import PACKED  # a packed table's rows carry their fields in this column
+    from rag_worker.store import PACKED, _hit  # a packed table's rows carry their fields in this column
 
     slim = []
     for name, row in rows:
         keep = {k: row[k] for k in (*_KEEP, PACKED) if k in row}
         if "id" not in keep:  # a table whose packed column holds the id: the legs read no id column
-            keep["id"] = json.loads(row[PACKED])["id"]
+            keep["id"] = _hit(name, row).id
         keep["text"] = ""
         if row.get("vector") is not None:
             keep["vector"] = np.asarray(row["vector"], dtype=np.float32)
