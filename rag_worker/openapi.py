@@ -13,12 +13,13 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from contract.answer import Answer, Step
+
 from . import __version__
 from .names import FILENAME_PATTERN, NAME_RE
 from .openai_compat import ChatCompletionRequest
 from .responses import (
     Added,
-    Answer,
     ChatCompletion,
     Config,
     Deleted,
@@ -29,7 +30,6 @@ from .responses import (
     ModelCard,
     ModelList,
     OpenAIError,
-    Step,
     Title,
 )
 from .schemas import ChatRequest, TitleRequest

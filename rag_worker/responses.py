@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .schemas import Document, Message
+from contract.answer import Answer
 
 
 class _Open(BaseModel):
@@ -22,63 +22,6 @@ class ErrorBody(_Open):
     error: str = Field(description="what is wrong, for a human")
     code: str = Field(description="machine code, e.g. index_not_found, invalid_field, too_large")
     field: str | None = Field(default=None, description="the request field at fault, when there is one")
-
-
-class Citation(_Open):
-    ref: str
-    id: str
-    filename: str
-    page: int | None = None
-
-
-class GroundedSentence(_Open):
-    text: str
-    label: Literal["supported", "weak", "unsupported"]
-    score: float
-    refs: list[str] = Field(default_factory=list)
-
-
-class Grounding(_Open):
-    """Each answer sentence checked against the passages the model read (pipeline/grounding.py)."""
-
-    supported_share: float = Field(ge=0, le=1)
-    supported: int
-    checked: int
-    policy: Literal["flag", "extract", "refuse"] | None = None
-    answer_mode: Literal["generated", "extractive"] | None = None
-    action: Literal["none", "flagged", "extracted", "refused"] | None = None
-    sentences: list[GroundedSentence]
-
-
-class Answer(_Open):
-    """`POST /chat`'s answer and the `done` event of `/chat_stream`."""
-
-    reply: str
-    question: str
-    rewritten: str | None = None
-    history: list[Message] = Field(description="send it back unchanged next turn")
-    documents: list[Document]
-    fetched_new_documents: bool
-    route: Literal["rag", "direct", "sql"]
-    citations: list[Citation]
-    abstained: bool
-    model: str
-    llm_backend: str | None = None
-    flags: dict[str, Any] = Field(default_factory=dict)
-    timings: dict[str, int] = Field(default_factory=dict)
-    grounding: Grounding | None = Field(
-        default=None, description="null: no sources (direct or sql route, or abstained)"
-    )
-
-
-class Step(_Open):
-    step: str
-    label: str
-    elapsed_ms: int
-    method: str | None = Field(
-        default=None, description="which path decided: retrieval_score, similarity, llm, ..."
-    )
-    detail: dict[str, Any] | None = None
 
 
 class Title(_Open):

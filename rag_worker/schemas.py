@@ -8,74 +8,29 @@ from pydantic import (
     AliasChoices,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
 )
+
+from contract.answer import Document, Message, Strict, whole_float
 
 from .errors import BadRequest, PayloadTooLarge
 from .names import FILENAME_PATTERN, NAME_RE
 from .settings import Settings
 
 
-def _whole_float(value: Any) -> Any:
-    # JSON Schema counts 3.0 as an integer; strict pydantic would refuse it. 3.5 stays an error.
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-Int = Annotated[int, BeforeValidator(_whole_float)]
-
-
 def int_between(low: int, high: int | None = None) -> Any:
     """An Int with bounds the OpenAPI document shows as minimum/maximum."""
-    return Annotated[int, Field(ge=low, le=high), BeforeValidator(_whole_float)]
+    return Annotated[int, Field(ge=low, le=high), BeforeValidator(whole_float)]
 
 
 Name = Annotated[str, Field(json_schema_extra={"pattern": NAME_RE.pattern})]
 FileName = Annotated[str, Field(json_schema_extra={"pattern": FILENAME_PATTERN, "maxLength": 255})]
 StopSequence = Annotated[str, Field(min_length=1, max_length=200)]
 
-Role = Literal["user", "assistant", "system"]
 
-
-class _Strict(BaseModel):
-    # Unknown fields are ignored (forward compatibility); wrong types are an error, not a silent coercion.
-    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
-
-
-class Message(_Strict):
-    role: Role
-    content: str
-
-
-class Document(_Strict):
-    id: str
-    document_id: str = ""
-    filename: str = ""
-    dataset: str = "default"
-    index: str | None = None
-    page: Int | None = None
-    chunk_index: Int | None = None
-    text: str
-    context: str | None = None
-    score: float | None = None
-    vector_score: float | None = None
-    fts_score: float | None = None
-    rerank_score: float | None = None
-    provenance: float | None = None
-    rank: Int | None = None
-    ref: str | None = None
-    # A computed result of the `sql` route: kind "table", the query, its columns and rows.
-    kind: str | None = Field(default=None, max_length=32)
-    query: str | None = Field(default=None, max_length=20_000)
-    columns: list[str] | None = None
-    rows: list[list[Any]] | None = None
-    truncated: bool | None = None
-    tables: list[str] | None = None
-
-
-class Options(_Strict):
+class Options(Strict):
     route: Literal["auto", "rag", "direct", "sql"] = "auto"
     rewrite: bool | None = None
     hyde: bool | None = None
@@ -93,7 +48,7 @@ class Options(_Strict):
     answer_mode: Literal["auto", "extractive"] | None = None
 
 
-class ChatRequest(_Strict):
+class ChatRequest(Strict):
     prompt: str = Field(
         validation_alias=AliasChoices("prompt", "query"),
         # Checked by check_chat_limits (MAX_PROMPT_CHARS); published so clients know before they send.
@@ -129,7 +84,7 @@ class ChatRequest(_Strict):
         return list(dict.fromkeys([self.index] if isinstance(self.index, str) else self.index))
 
 
-class TitleRequest(_Strict):
+class TitleRequest(Strict):
     question: str = Field(min_length=1, max_length=8000)
 
 

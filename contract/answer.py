@@ -1,0 +1,122 @@
+"""One turn's answer, typed once: the worker's `done` event, the gateway's stored message and its API.
+
+Every answer model allows extra fields: a field the worker adds passes through the gateway untouched until it
+is typed here, so adding to the contract never breaks a client. `Message` and `Document` are also request
+shapes (the history and the documents in hand a client sends back), so they are strict about types.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def whole_float(value: Any) -> Any:
+    # JSON Schema counts 3.0 as an integer; strict pydantic would refuse it. 3.5 stays an error.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Int = Annotated[int, BeforeValidator(whole_float)]
+
+Role = Literal["user", "assistant", "system"]
+Route = Literal["rag", "direct", "sql"]
+
+
+class Strict(BaseModel):
+    # Unknown fields are ignored (forward compatibility); wrong types are an error, not a silent coercion.
+    model_config = ConfigDict(extra="ignore", strict=True, populate_by_name=True)
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Message(Strict):
+    role: Role
+    content: str
+
+
+class Document(Strict):
+    """A retrieved passage (or the `sql` route's computed table), as shown and as sent back next turn."""
+
+    id: str
+    document_id: str = ""
+    filename: str = ""
+    dataset: str = "default"
+    index: str | None = None
+    page: Int | None = None
+    chunk_index: Int | None = None
+    text: str
+    context: str | None = None
+    score: float | None = None
+    vector_score: float | None = None
+    fts_score: float | None = None
+    rerank_score: float | None = None
+    provenance: float | None = None
+    rank: Int | None = None
+    ref: str | None = None
+    # A computed result of the `sql` route: kind "table", the query, its columns and rows.
+    kind: str | None = Field(default=None, max_length=32)
+    query: str | None = Field(default=None, max_length=20_000)
+    columns: list[str] | None = None
+    rows: list[list[Any]] | None = None
+    truncated: bool | None = None
+    tables: list[str] | None = None
+
+
+class Citation(Open):
+    ref: str
+    id: str
+    filename: str
+    page: int | None = None
+
+
+class GroundedSentence(Open):
+    text: str
+    label: Literal["supported", "weak", "unsupported"]
+    score: float
+    refs: list[str] = Field(default_factory=list)
+
+
+class Grounding(Open):
+    """Each answer sentence checked against the passages the model read."""
+
+    supported_share: float = Field(ge=0, le=1)
+    supported: int
+    checked: int
+    policy: Literal["flag", "extract", "refuse"] | None = None
+    answer_mode: Literal["generated", "extractive"] | None = None
+    action: Literal["none", "flagged", "extracted", "refused"] | None = None
+    sentences: list[GroundedSentence]
+
+
+class Step(Open):
+    step: str
+    label: str
+    elapsed_ms: int
+    method: str | None = Field(
+        default=None, description="which path decided: retrieval_score, similarity, llm, ..."
+    )
+    detail: dict[str, Any] | None = None
+
+
+class Answer(Open):
+    """`POST /chat`'s answer, the `done` event of `/chat_stream`, and what the gateway stores per answer."""
+
+    reply: str
+    question: str
+    rewritten: str | None = None
+    history: list[Message] = Field(description="send it back unchanged next turn")
+    documents: list[Document]
+    fetched_new_documents: bool
+    route: Route
+    citations: list[Citation]
+    abstained: bool
+    model: str
+    llm_backend: str | None = None
+    flags: dict[str, Any] = Field(default_factory=dict)
+    timings: dict[str, int] = Field(default_factory=dict)
+    grounding: Grounding | None = Field(
+        default=None, description="null: no sources (direct or sql route, or abstained)"
+    )
