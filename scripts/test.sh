@@ -9,7 +9,7 @@ export MODEL_CACHE_DIR="${MODEL_CACHE_DIR:-$PWD/.cache/models}"
 mkdir -p "$MODEL_CACHE_DIR" test-output
 
 .venv/bin/ruff check .
-.venv/bin/ruff format --check contract rag_worker gateway tests bench run_system.py
+.venv/bin/ruff format --check contract rag_worker gateway tests bench launcher run_system.py
 
 if [ -z "${TEST_DATABASE_URL:-}" ]; then
   # A throwaway PostgreSQL on loopback so the gateway's suite also runs against it (scale-out path).

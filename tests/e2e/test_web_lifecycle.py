@@ -1,4 +1,4 @@
-"""The turn lifecycle in a real browser (issue 10): an upload shows its indexing stages, Stop stops the answer
+"""The turn lifecycle in a real browser: an upload shows its indexing stages, Stop stops the answer
 (the model call included) and the chat takes the next message at once, and a reload mid-answer rejoins the
 running turn so the answer keeps growing. One story, in order; no console errors throughout.
 """

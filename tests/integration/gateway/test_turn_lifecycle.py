@@ -1,4 +1,4 @@
-"""The turn lifecycle over real HTTP (issue 10): Stop that stops, write-ahead turns that survive a `kill -9`, a
+"""The turn lifecycle over real HTTP: Stop that stops, write-ahead turns that survive a `kill -9`, a
 stream any replica can rejoin, and scope changes that never break a chat.
 
 Two gateway processes share one database (SQLite file, or Postgres when TEST_DATABASE_URL is set) in front of

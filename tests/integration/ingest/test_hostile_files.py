@@ -1,4 +1,4 @@
-"""Hostile and unlucky files against the real worker (issue 11): a PDF of thousands of pages, a spreadsheet that
+"""Hostile and unlucky files against the real worker: a PDF of thousands of pages, a spreadsheet that
 lies about its size, a file that needs more memory or time than conversion may take. Conversion runs in a child
 process: the worker's own memory stays where it was and other turns keep streaming meanwhile."""
 

@@ -1,5 +1,5 @@
 """The default Docker deployment works: worker and gateway started with exactly the environment that
-deploy/docker-compose.yml (over the images' ENV) gives them, with no .env file, answer a turn (issue 11).
+deploy/docker-compose.yml (over the images' ENV) gives them, with no .env file, answer a turn.
 
 Docker is not needed: the compose file and Dockerfiles are parsed, `${NAME:-default}` takes its default (the
 shell sets nothing), and only what a container network provides is mapped to loopback: service names and

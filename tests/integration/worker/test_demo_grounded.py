@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-import run_system
+from launcher.demo import build_demo_index
 from tests.servers import ROOT, free_port, worker_process
 from tests.sse import post_events
 
@@ -21,9 +21,7 @@ def demo_worker(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo")
     env = {**os.environ, "INDEX_STORE": str(tmp / "index_store"), "HF_HUB_OFFLINE": "1"}
     (tmp / "logs").mkdir()
-    assert run_system.build_demo_index(env, tmp / "logs", timeout=1800), (
-        tmp / "logs" / "demo-index.log"
-    ).read_text()
+    assert build_demo_index(env, tmp / "logs", timeout=1800), (tmp / "logs" / "demo-index.log").read_text()
     cache = os.environ.get("MODEL_CACHE_DIR", str(ROOT / ".cache" / "models"))
     # Nothing listens on this port: the worker falls back to the embedded model, as on a machine without Ollama.
     worker_env = {

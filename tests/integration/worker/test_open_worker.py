@@ -1,4 +1,4 @@
-"""The worker's API against web pages and prying eyes (issue 11): the three reported attacks on an open worker,
+"""The worker's API against web pages and prying eyes: the three reported attacks on an open worker,
 deeply nested JSON, the refusal to listen beyond loopback without a key, and what `/health` tells whom."""
 
 from __future__ import annotations

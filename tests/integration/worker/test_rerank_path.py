@@ -1,6 +1,6 @@
 """The cross-encoder path end to end: RERANKER_MODEL set, the turn reranks and measures provenance with it.
 
-The model is a tiny random one built on disk (no weights ship in any package here, MODELS.md), so its order
+The model is a tiny random one built on disk (no weights ship in any package here, docs/design/MODELS.md), so its order
 means nothing; what is checked is that the worker really runs it and reports it.
 """
 
