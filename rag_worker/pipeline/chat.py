@@ -16,7 +16,6 @@ from . import (
     expand,
     fetch_check,
     generate,
-    grounded,  # issue 16: the grounding check and its policies
     provenance,
     relevance,
     retrieve,
@@ -26,6 +25,7 @@ from . import (
 )
 from .admission import queued
 from .events import Documents, Done, Error, Event, Token
+from .grounding import Grounder
 from .turn import Turn, TurnOptions
 
 log = logging.getLogger("rag_worker.pipeline")
@@ -134,17 +134,16 @@ def _run(turn: Turn) -> Iterator[Event]:
     yield turn.step("generating", "Writing the answer" if not abstained else "Not enough evidence to answer")
     t_gen = time.monotonic()
     watch = None
-    answer_mode = "generated"
+    grounder = Grounder(turn, query, documents) if route == "rag" and documents and not abstained else None
     if abstained:
         pieces: Iterator[str] = generate.words_of(turn.prompt("abstain"))
-    elif route == "rag" and documents and grounded.extractive_only(turn):
-        answer_mode = "extractive"
-        pieces = generate.words_of(grounded.quote(turn, query, documents))
+    elif grounder is not None and grounder.extractive:
+        pieces = generate.words_of(grounder.quotes())
     else:
         if route in ("rag", "sql"):
             system = generate.sources_message(turn, documents)
             messages = generate.llm_messages(turn, turn.prompt("system"), system)
-            watch = grounded.watch(turn, documents) if route == "rag" else None
+            watch = grounder.watch() if grounder is not None else None
         else:
             messages = generate.llm_messages(turn, turn.prompt("direct"), None)
         pieces = generate.stream_answer(turn, messages)
@@ -162,13 +161,12 @@ def _run(turn: Turn) -> Iterator[Event]:
     reply = "".join(answer_parts).strip()
 
     cited: list[dict] = []
-    if route == "rag" and not abstained and documents:
+    if grounder is not None:
         yield turn.step("grounding", "Checking each sentence against the sources")
         # The check embeds the passages' sentences: CPU work, queued like retrieval and provenance.
         with (yield from queued(turn)), turn.timed("grounding_ms"):
-            reply, turn.grounding, abstained = grounded.apply(turn, query, reply, documents, answer_mode)
-        yield turn.step("grounding", grounded.summary(turn.grounding), turn.grounding["action"])
-        turn.flags["grounding"] = turn.grounding["action"]
+            reply, abstained = grounder.review(reply)
+        yield turn.step("grounding", grounder.summary(), turn.grounding["action"])
     if route in ("rag", "sql") and not abstained:
         yield turn.step("verifying", "Checking citations")
         reply, cited, invented = citations.validate(reply, documents)
@@ -239,7 +237,7 @@ def _retrieve(turn: Turn, query: str):
         return [], True
     # Passages far below the evidence floor would only be noise on the cards and in the prompt.
     floor = turn.settings.abstain_below
-    top = grounded.above_floor(turn, query, hits[: opts.top_k], floor)
+    top = relevance.above_floor(turn, query, hits[: opts.top_k], floor)
     documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
     turn.chunk_vectors.update({(h.index, h.id): h.vector for h in top if h.vector is not None})
     yield turn.step("expanding", "Adding neighbouring passages")

@@ -1,4 +1,5 @@
-"""Relevance check on the retrieved passages, the query improvement for one retry, and abstention."""
+"""Relevance check on the retrieved passages, the query improvement for one retry, abstention, and the evidence
+floor below which a passage is not shown."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from .cues import words
+from .grounding.sentences import passage_sentences
 from .turn import Turn
 
 log = logging.getLogger("rag_worker.pipeline")
@@ -128,3 +130,24 @@ def best_of(turn: Turn, question: str, first: list, second: list) -> list:
     """
     rescore(turn, question, second)
     return second if evidence(turn, question, second) > evidence(turn, question, first) else first
+
+
+def above_floor(turn: Turn, query: str, hits: list, floor: float) -> list:
+    """The hits worth showing: a chunk vector at or above the evidence floor, or, for a long chunk whose vector
+    is diluted by its other topics, one sentence that is (the README's "Backup" paragraph shares a chunk with
+    health, logs and stop). The sentence vectors stay in the turn for the grounding check and the quotes."""
+    low = [h for h in hits if h.vector_score is not None and h.vector_score < floor]
+    rescued: set[int] = set()
+    if low:
+        per_hit = [[p.text for p in passage_sentences("x", h.text)] for h in low]
+        flat = [t for texts in per_hit for t in texts]
+        if flat:
+            sims = turn.embed_texts(flat) @ turn.embed_query(query)
+            at = 0
+            for h, texts in zip(low, per_hit, strict=True):
+                if texts and float(sims[at : at + len(texts)].max()) >= floor:
+                    rescued.add(id(h))
+                at += len(texts)
+    if rescued:
+        turn.flags["rescued_passages"] = len(rescued)
+    return [h for h in hits if h.vector_score is None or h.vector_score >= floor or id(h) in rescued]

@@ -40,7 +40,7 @@ class TurnOptions:
     max_tokens: int | None
     prompts: dict[str, str]
     stop: list[str] = field(default_factory=list)
-    grounding: str | None = None  # None: the backend's default (grounded.policy)
+    grounding: str | None = None  # None: the backend's default (grounding.policy.policy_for)
     answer_mode: str | None = None
 
 
