@@ -3,14 +3,11 @@ floor below which a passage is not shown."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from .cues import words
 from .grounding.sentences import passage_sentences
 from .turn import Turn
-
-log = logging.getLogger("rag_worker.pipeline")
 
 QUESTION_WORDS = {
     "what",
@@ -100,12 +97,9 @@ def improved_query(turn: Turn, query: str) -> tuple[str, str]:
         {"role": "system", "content": turn.prompt("retry")},
         {"role": "user", "content": f"Question: {query}"},
     ]
-    try:
-        candidate = turn.utility_chat(messages, max_tokens=64).strip().splitlines()
-        candidate = candidate[0].strip().strip('"') if candidate else ""
-    except Exception as exc:
-        log.warning("retry query from the model failed: %s", exc)
-        candidate = ""
+    reply = turn.ask_utility(messages, max_tokens=64, failing="retry query from the model failed") or ""
+    lines = reply.strip().splitlines()
+    candidate = lines[0].strip().strip('"') if lines else ""
     if 3 <= len(candidate) <= 400 and candidate.casefold() != query.casefold():
         return candidate, "llm"
     keywords = " ".join(w for w in words(query) if w not in QUESTION_WORDS)
