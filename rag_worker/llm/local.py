@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import LLMUnavailable
 from ..runtime import cooperative_sleep, gevent_active, offload
 from ..settings import Settings
-from .base import DEFAULT_MAX_TOKENS, CancelToken, ThinkFilter
+from .base import DEFAULT_MAX_TOKENS, CancelToken, LLMFailed, ThinkFilter
 
 log = logging.getLogger(__name__)
 
@@ -266,9 +266,7 @@ class LocalBackend:
                     return
                 cooperative_sleep(POLL_S)
             if state["error"] is not None:
-                raise LLMUnavailable(
-                    f"the local model failed while generating: {state['error']}", code="llm_failed"
-                )
+                raise LLMFailed(f"the local model failed while generating: {state['error']}")
             rest = think.flush()
             if rest:
                 yield rest
