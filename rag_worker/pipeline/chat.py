@@ -93,6 +93,7 @@ class Sources:
     documents: list[dict] = field(default_factory=list)
     fetched_new: bool = False
     abstained: bool = False
+    retried_query: str | None = None  # the relevance check's second search, when the documents came from it
 
 
 def _run(turn: Turn) -> Iterator[Event]:
@@ -139,7 +140,7 @@ def _gather(turn: Turn):
         if opts.mode != "fts":  # embedded now, batched with concurrent turns' queries; search reuses it
             turn.embed_query(src.query)
         with (yield from queued(turn)):
-            src.documents, src.abstained = yield from _retrieve(turn, src.query)
+            yield from _retrieve(turn, src)
         src.fetched_new = True
     return src
 
@@ -212,9 +213,10 @@ def _verify(turn: Turn, src: Sources, grounder: Grounder | None, reply: str):
     return reply, cited
 
 
-def _retrieve(turn: Turn, query: str):
-    """Search (with one improved retry) and decide on abstention; returns (documents, abstained)."""
-    req, opts = turn.request, turn.options
+def _retrieve(turn: Turn, src: Sources):
+    """Search for `src.query` (with one improved retry) and decide on abstention: fills in the documents, whether
+    the turn abstains, and the retry's query when the documents came from it."""
+    req, opts, query = turn.request, turn.options, src.query
     vector = None
     if opts.hyde:
         yield turn.step("hyde", "Imagining an answer to search with")
@@ -243,27 +245,14 @@ def _retrieve(turn: Turn, query: str):
         relevant=verdict.relevant,
         evidence=round(verdict.evidence, 4),
     )
+    retried = None
     if not verdict.relevant:
-        yield turn.step("retrying", "Searching again with a better query")
-        with turn.timed("retry_ms"):
-            better, how = relevance.improved_query(turn, query)
-            retry_hits = retrieve.search(turn, better)
-            if opts.rerank:
-                retry_hits = retrieve.rerank(turn, query, retry_hits)
-            hits = relevance.best_of(turn, query, hits, retry_hits)
-            verdict = relevance.judge(turn, query, hits)
-        turn.flags["retried"] = {"query": better, "method": how}
-        yield turn.step(
-            "retrying",
-            verdict.reason,
-            verdict.method,
-            query=better,
-            relevant=verdict.relevant,
-            evidence=round(verdict.evidence, 4),
-        )
+        hits, verdict, retried = yield from _retry(turn, query, hits)
     turn.flags["evidence"] = round(verdict.evidence, 4)
     if not verdict.relevant:
-        return [], True
+        src.documents, src.abstained = [], True
+        return
+    src.retried_query = retried
     # Passages far below the evidence floor would only be noise on the cards and in the prompt.
     floor = turn.settings.abstain_below
     top = relevance.above_floor(turn, query, hits[: opts.top_k], floor)
@@ -273,7 +262,34 @@ def _retrieve(turn: Turn, query: str):
     with turn.timed("expand_ms"):
         added = expand.expand(turn, documents)
     turn.flags["expanded_chunks"] = added
-    return documents, False
+    src.documents = documents
+
+
+def _retry(turn: Turn, query: str, hits: list):
+    """The relevance check's second search, with the query it says it searches for; returns (the better of the
+    two attempts' hits, its verdict, the retry's query when its hits were kept, else None)."""
+    yield turn.step("retrying", "Searching again with a better query")
+    with turn.timed("retry_ms"):
+        better, how = relevance.improved_query(turn, query)
+    turn.flags["retried"] = {"query": better, "method": how}
+    yield turn.step("retrying", f"Searching again for: {better}", how, query=better)
+    with turn.timed("retry_ms"):
+        retry_hits = retrieve.search(turn, better)
+        if turn.options.rerank:
+            retry_hits = retrieve.rerank(turn, query, retry_hits)
+        best = relevance.best_of(turn, query, hits, retry_hits)
+        verdict = relevance.judge(turn, query, best)
+    used = best is retry_hits
+    yield turn.step(
+        "retrying",
+        verdict.reason,
+        verdict.method,
+        query=better,
+        used=used,
+        relevant=verdict.relevant,
+        evidence=round(verdict.evidence, 4),
+    )
+    return best, verdict, better if used else None
 
 
 def _answer(turn: Turn, reply: str, src: Sources, cited: list[dict]) -> dict:
@@ -290,6 +306,7 @@ def _answer(turn: Turn, reply: str, src: Sources, cited: list[dict]) -> dict:
         "reply": reply,
         "question": req.prompt,
         "rewritten": src.rewritten,
+        "retried_query": src.retried_query,
         "history": history,
         "documents": documents,
         "fetched_new_documents": src.fetched_new,
