@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from ..generate import is_local
 from ..turn import Turn
-from . import check, quotes
+from .check import StreamWatch, passed
+from .check import check as check_reply
+from .quotes import answer as quote
 
 
 def policy_for(turn: Turn) -> str:
@@ -63,14 +65,14 @@ class Grounder:
         return all_passages(self.documents)
 
     def quotes(self) -> str:
-        return quotes.answer(self.turn, self.question, all_passages(self.documents), self.documents)
+        return quote(self.turn, self.question, all_passages(self.documents), self.documents)
 
-    def watch(self) -> check.StreamWatch | None:
+    def watch(self) -> StreamWatch | None:
         """A sentence-by-sentence check of the stream, when a failing draft would be replaced anyway. Made after
         the sources message, so it checks against what the generator reads."""
         if self.policy == "flag" or not self.documents:
             return None
-        return check.StreamWatch(self.turn, self.passages(), self.documents)
+        return StreamWatch(self.turn, self.passages(), self.documents)
 
     def review(self, reply: str) -> tuple[str, bool]:
         """Check the finished `reply` and act on a failure; returns (the reply to show, refused). The result is
@@ -85,10 +87,10 @@ class Grounder:
 
     def _act(self, reply: str) -> tuple[str, dict, bool]:
         turn, documents, act = self.turn, self.documents, self.policy
-        reply, g = check.check(turn, reply, self.passages(), documents)
+        reply, g = check_reply(turn, reply, self.passages(), documents)
         g.update(policy=act, answer_mode=self.answer_mode, action="none")
         self._flag_corrections(g)
-        if self.extractive or check.passed(g, turn.settings.grounding_min_share):
+        if self.extractive or passed(g, turn.settings.grounding_min_share):
             return reply, g, False
         draft = {k: g[k] for k in ("supported_share", "supported", "checked")}
         if act == "flag":
@@ -98,7 +100,7 @@ class Grounder:
             g.update(action="refused", draft=draft)
             return turn.prompt("ungrounded"), g, True
         # The caveat is the system speaking, not a claim from the sources: only the quotes are checked.
-        quoted, g2 = check.check(turn, self.quotes(), all_passages(documents), documents)
+        quoted, g2 = check_reply(turn, self.quotes(), all_passages(documents), documents)
         caveat = turn.prompt("extract_caveat").strip()
         if caveat:
             quoted = f"{caveat}\n\n{quoted}"

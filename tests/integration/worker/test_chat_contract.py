@@ -1,4 +1,4 @@
-"""The chat turn's public contract (WORKER_API.md), against the real worker and the fake Ollama."""
+"""The chat turn's public contract (docs/design/WORKER_API.md), against the real worker and the fake Ollama."""
 
 from __future__ import annotations
 
