@@ -280,9 +280,11 @@ def _retry(turn: Turn, query: str, hits: list):
         best = relevance.best_of(turn, query, hits, retry_hits)
         verdict = relevance.judge(turn, query, best)
     used = best is retry_hits
+    # A client keeps the stage's last label (the web shows it under "Searching again"): it names the query.
+    kept = "" if used else "; the first search's passages stay"
     yield turn.step(
         "retrying",
-        verdict.reason,
+        f"Searched for: {better}{kept} ({verdict.reason})",
         verdict.method,
         query=better,
         used=used,

@@ -303,6 +303,10 @@ def test_a_retried_search_shows_its_query_and_the_answer_says_its_passages_came_
     retry = [d for e, d in events if e == "step" and d["step"] == "retrying"]
     shown = [d for d in retry if "ducks eat" in d["label"]]
     assert shown and shown[0]["detail"]["query"] == "ducks eat", "the stream says what it searched again for"
+    assert "ducks eat" in retry[-1]["label"], (
+        "the stage's outcome, the line a client keeps, names the query too"
+    )
+    assert retry[-1]["detail"]["used"] is True
     assert done["retried_query"] == "ducks eat", "the answer says which query its passages came from"
     assert done["rewritten"] is None, "the question itself was not rewritten"
     assert done["question"] == "What does a waterfowl have for dinner?"
