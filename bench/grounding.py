@@ -156,7 +156,7 @@ def make_turn(settings):
 
 def examples(cases, texts, tfidf, rng):
     """(kind, answer sentence, ref->passage, claim case) for each case: supporting, unrelated, near miss."""
-    from rag_worker.pipeline.grounding import passage_sentences
+    from rag_worker.pipeline.grounding.sentences import passage_sentences
 
     out = []
     golds = [g for c in cases for g in c["gold"]]
@@ -188,7 +188,8 @@ def examples(cases, texts, tfidf, rng):
 
 def features(turn, ex):
     """(sim, lex) matrices of one answer sentence against the passage sentences."""
-    from rag_worker.pipeline.grounding import content_words, lexical, passage_sentences
+    from rag_worker.pipeline.grounding.check import lexical
+    from rag_worker.pipeline.grounding.sentences import content_words, passage_sentences
 
     _, sentence, passages, _ = ex
     plist = [p for ref, text in passages.items() for p in passage_sentences(ref, text)]
@@ -234,7 +235,8 @@ def calibrate(turn, exs, weight: float | None = None) -> dict:
 
 
 def evaluate(turn, exs, cases, texts, tfidf, limit_extractive: int | None):
-    from rag_worker.pipeline import extractive, grounding
+    from rag_worker.pipeline.grounding import check as grounding
+    from rag_worker.pipeline.grounding import quotes as extractive
 
     labels: dict[str, Counter] = {}
     for kind, sentence, passages, _ in exs:
@@ -274,7 +276,7 @@ def precision_recall(labels: dict[str, Counter], negative: str):
 
 def prefetch(turn, exs, cases, texts, tfidf, extractive_cases: int | None) -> None:
     """Embed every sentence the run will need in a few large batches (the checks then find them in the turn)."""
-    from rag_worker.pipeline.grounding import passage_sentences
+    from rag_worker.pipeline.grounding.sentences import passage_sentences
 
     wanted: dict[str, None] = {}
     for _, sentence, passages, _ in exs:

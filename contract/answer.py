@@ -106,7 +106,18 @@ class Answer(Open):
 
     reply: str
     question: str
-    rewritten: str | None = None
+    rewritten: str | None = Field(
+        default=None,
+        description="the follow-up question rewritten to stand alone (from the history), when it was; null when "
+        "the question was searched as asked. Never the relevance check's retry: see retried_query",
+    )
+    retried_query: str | None = Field(
+        default=None,
+        description="the query of the relevance check's second search, when the documents shown came from it "
+        "(the first search found too little); null when no retry ran, the first search's passages were kept, or "
+        "the turn abstained. The documents came from retried_query, else rewritten, else question; "
+        "flags.retried records every retry, kept or not",
+    )
     history: list[Message] = Field(description="send it back unchanged next turn")
     documents: list[Document]
     fetched_new_documents: bool

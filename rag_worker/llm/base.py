@@ -6,7 +6,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from ..errors import LLMUnavailable
+
 DEFAULT_MAX_TOKENS = 256
+
+
+class LLMFailed(LLMUnavailable):
+    """The model was reached but failed: broke off while generating, timed out, or answered with an error (503
+    `llm_failed`; `LLMUnavailable` itself, `llm_unavailable`, is a backend or model that is not there)."""
+
+    code = "llm_failed"
 
 
 class CancelToken:

@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import LLMUnavailable
 from ..runtime import cooperative_sleep, gevent_active, offload
 from ..settings import Settings
-from .base import DEFAULT_MAX_TOKENS, CancelToken, ThinkFilter
+from .base import DEFAULT_MAX_TOKENS, CancelToken, LLMFailed, ThinkFilter
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class _DequeStreamer:
             self.printed = len(text)
 
 
-def _fit_context(inputs: Any, config: Any, new_tokens: int) -> Any:
+def fit_context(inputs: Any, config: Any, new_tokens: int) -> Any:
     """Keep the prompt's tail when it would overflow the context window (the question and sources come last).
 
     A degraded answer beats a failed turn; Ollama truncates the same way (num_ctx).
@@ -266,9 +266,7 @@ class LocalBackend:
                     return
                 cooperative_sleep(POLL_S)
             if state["error"] is not None:
-                raise LLMUnavailable(
-                    f"the local model failed while generating: {state['error']}", code="llm_failed"
-                )
+                raise LLMFailed(f"the local model failed while generating: {state['error']}")
             rest = think.flush()
             if rest:
                 yield rest
@@ -299,7 +297,7 @@ class LocalBackend:
             chat, add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
         new_tokens = max_tokens or DEFAULT_MAX_TOKENS
-        inputs = _fit_context(inputs, model.config, new_tokens)
+        inputs = fit_context(inputs, model.config, new_tokens)
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature is not None and temperature > 0:
             sampling = {"do_sample": True, "temperature": float(temperature), "top_p": 0.95}

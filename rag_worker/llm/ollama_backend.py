@@ -10,7 +10,7 @@ import ollama
 
 from ..errors import LLMUnavailable
 from ..settings import Settings
-from .base import CancelToken, ThinkFilter, strip_think
+from .base import CancelToken, LLMFailed, ThinkFilter, strip_think
 
 PROBE_TIMEOUT_S = 2.0
 
@@ -103,9 +103,8 @@ class OllamaBackend:
                     finished = True
                     break
             if not finished:
-                raise LLMUnavailable(
+                raise LLMFailed(
                     f"Ollama at {self.host} ended the reply from {model} before it was done",
-                    code="llm_failed",
                 )
             rest = think.flush()
             if rest:
@@ -134,19 +133,14 @@ class OllamaBackend:
                 f"model '{model}' is not pulled on Ollama at {self.host} (run: ollama pull {model})"
             )
         if started:
-            return LLMUnavailable(
+            return LLMFailed(
                 f"Ollama at {self.host} failed while generating with {model}: {_describe(exc)}",
-                code="llm_failed",
             )
         if isinstance(exc, ConnectionError | httpx.ConnectError | httpx.ConnectTimeout):
             return LLMUnavailable(f"Ollama not reachable at {self.host}: {_describe(exc)}")
         if isinstance(exc, httpx.TimeoutException):
-            return LLMUnavailable(
-                f"Ollama at {self.host} did not answer within the timeout (LLM_TIMEOUT_S)", code="llm_failed"
-            )
-        return LLMUnavailable(
-            f"Ollama at {self.host} failed with {model}: {_describe(exc)}", code="llm_failed"
-        )
+            return LLMFailed(f"Ollama at {self.host} did not answer within the timeout (LLM_TIMEOUT_S)")
+        return LLMFailed(f"Ollama at {self.host} failed with {model}: {_describe(exc)}")
 
 
 def _options(temperature: float | None, max_tokens: int | None) -> dict[str, Any] | None:

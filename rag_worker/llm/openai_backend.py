@@ -13,7 +13,7 @@ import openai
 
 from ..errors import LLMUnavailable
 from ..settings import Settings
-from .base import CancelToken, ThinkFilter, strip_think
+from .base import CancelToken, LLMFailed, ThinkFilter, strip_think
 
 PROBE_TIMEOUT_S = 2.0
 NO_KEY = "no-key"  # the SDK insists on a key; servers without one ignore it
@@ -104,9 +104,8 @@ class OpenAIBackend:
                     yield text
                 finished = finished or choice.finish_reason is not None
             if not finished:
-                raise LLMUnavailable(
+                raise LLMFailed(
                     f"the server at {self.base_url} ended the reply from {model} before it was done",
-                    code="llm_failed",
                 )
             rest = think.flush()
             if rest:
@@ -123,22 +122,16 @@ class OpenAIBackend:
     def _error(self, exc: BaseException, model: str, *, started: bool) -> LLMUnavailable:
         where = self.base_url
         if isinstance(exc, openai.APITimeoutError):
-            return LLMUnavailable(
-                f"the server at {where} did not answer within the timeout (LLM_TIMEOUT_S)", code="llm_failed"
-            )
+            return LLMFailed(f"the server at {where} did not answer within the timeout (LLM_TIMEOUT_S)")
         if isinstance(exc, openai.APIConnectionError):
             if started:
-                return LLMUnavailable(
-                    f"the server at {where} dropped the reply from {model}", code="llm_failed"
-                )
+                return LLMFailed(f"the server at {where} dropped the reply from {model}")
             return LLMUnavailable(f"OpenAI-compatible server not reachable at {where}: {_describe(exc)}")
         if isinstance(exc, openai.AuthenticationError):
             return LLMUnavailable(f"the server at {where} refused OPENAI_API_KEY: {_describe(exc)}")
         if isinstance(exc, openai.NotFoundError):
             return LLMUnavailable(f"model '{model}' is not served at {where} (GET {where}/models lists them)")
-        return LLMUnavailable(
-            f"the server at {where} failed with {model}: {_describe(exc)}", code="llm_failed"
-        )
+        return LLMFailed(f"the server at {where} failed with {model}: {_describe(exc)}")
 
 
 def _params(temperature: float | None, max_tokens: int | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from ..errors import ApiError, NotFound
 from ..llm import CancelToken
@@ -16,7 +17,6 @@ from . import (
     expand,
     fetch_check,
     generate,
-    grounded,  # issue 16: the grounding check and its policies
     provenance,
     relevance,
     retrieve,
@@ -26,6 +26,7 @@ from . import (
 )
 from .admission import queued
 from .events import Documents, Done, Error, Event, Token
+from .grounding import Grounder
 from .turn import Turn, TurnOptions
 
 log = logging.getLogger("rag_worker.pipeline")
@@ -82,69 +83,94 @@ def run_turn(turn: Turn) -> Iterator[Event]:
         turn.cancel.cancel()
 
 
+@dataclass
+class Sources:
+    """What a turn answers from: its route, the query it searched with and the documents that search found."""
+
+    route: str
+    query: str
+    rewritten: str | None = None
+    documents: list[dict] = field(default_factory=list)
+    fetched_new: bool = False
+    abstained: bool = False
+    retried_query: str | None = None  # the relevance check's second search, when the documents came from it
+
+
 def _run(turn: Turn) -> Iterator[Event]:
+    src = yield from _gather(turn)
+    if src.route in ("rag", "sql"):
+        yield Documents(src.documents)
+    rag = src.route == "rag" and bool(src.documents) and not src.abstained
+    grounder = Grounder(turn, src.query, src.documents) if rag else None
+    reply = yield from _generate(turn, src, grounder)
+    reply, cited = yield from _verify(turn, src, grounder, reply)
+    turn.timings["total_ms"] = turn.elapsed_ms()
+    yield Done(_answer(turn, reply, src, cited))
+
+
+def _gather(turn: Turn):
+    """The documents the turn answers from: those in hand when the fetch check keeps them, else a (rewritten)
+    question triaged to a route and searched (rag) or computed over tables (sql). Returns Sources."""
     req, opts = turn.request, turn.options
-    route = opts.route if opts.route in ("direct", "sql") else "rag"
-    query, rewritten = req.prompt, None
-    documents: list[dict] = []
-    fetched_new = False
-    abstained = False
+    src = Sources(opts.route if opts.route in ("direct", "sql") else "rag", req.prompt)
+    if req.docs and src.route == "rag" and not (yield from _fetch_check(turn)):
+        src.documents = [d.model_dump() for d in req.docs]
+        return src
+    if any(m.role == "user" for m in req.history) and opts.rewrite:
+        yield turn.step("rewriting", "Making the question standalone")
+        with turn.timed("rewrite_ms"):
+            rw = rewrite.rewrite(turn)
+        src.query, src.rewritten = rw.query, rw.rewritten
+        yield turn.step(
+            "rewriting",
+            f"Searching for: {src.query}" if src.rewritten else "The question stands alone",
+            rw.method,
+            rewritten=src.rewritten,
+        )
+    if opts.route == "auto":
+        yield turn.step("triage", "Deciding whether the documents are needed")
+        with turn.timed("triage_ms"):
+            tri = triage.triage(turn, src.query)
+        src.route = tri.route
+        yield turn.step("triage", tri.reason, tri.method, route=src.route)
+    if src.route == "sql":
+        src.documents, src.route = yield from sql.sql_turn(turn, src.query)
+        src.fetched_new = bool(src.documents)
+    if src.route == "rag":
+        if opts.mode != "fts":  # embedded now, batched with concurrent turns' queries; search reuses it
+            turn.embed_query(src.query)
+        with (yield from queued(turn)):
+            yield from _retrieve(turn, src)
+        src.fetched_new = True
+    return src
 
-    reuse = False
-    if req.docs and route == "rag":
-        yield turn.step("fetch_check", "Checking whether the documents in hand answer the follow-up")
-        with turn.timed("fetch_check_ms"):
-            decision = fetch_check.check(turn)
-        yield turn.step("fetch_check", decision.reason, decision.method, fetch=decision.fetch)
-        reuse = not decision.fetch
-    if reuse:
-        documents = [d.model_dump() for d in req.docs]
-    else:
-        if any(m.role == "user" for m in req.history) and opts.rewrite:
-            yield turn.step("rewriting", "Making the question standalone")
-            with turn.timed("rewrite_ms"):
-                rw = rewrite.rewrite(turn)
-            query, rewritten = rw.query, rw.rewritten
-            yield turn.step(
-                "rewriting",
-                f"Searching for: {query}" if rewritten else "The question stands alone",
-                rw.method,
-                rewritten=rewritten,
-            )
-        if opts.route == "auto":
-            yield turn.step("triage", "Deciding whether the documents are needed")
-            with turn.timed("triage_ms"):
-                tri = triage.triage(turn, query)
-            route = tri.route
-            yield turn.step("triage", tri.reason, tri.method, route=route)
-        if route == "sql":
-            documents, route = yield from sql.sql_turn(turn, query)
-            fetched_new = bool(documents)
-        if route == "rag":
-            if opts.mode != "fts":  # embedded now, batched with concurrent turns' queries; search reuses it
-                turn.embed_query(query)
-            with (yield from queued(turn)):
-                documents, abstained = yield from _retrieve(turn, query)
-            fetched_new = True
 
-    if route in ("rag", "sql"):
-        yield Documents(documents)
+def _fetch_check(turn: Turn):
+    """Whether a follow-up needs a new search (False: the documents sent back with it answer it)."""
+    yield turn.step("fetch_check", "Checking whether the documents in hand answer the follow-up")
+    with turn.timed("fetch_check_ms"):
+        decision = fetch_check.check(turn)
+    yield turn.step("fetch_check", decision.reason, decision.method, fetch=decision.fetch)
+    return decision.fetch
 
+
+def _generate(turn: Turn, src: Sources, grounder: Grounder | None):
+    """Stream the answer (canned when abstaining, quotes in extractive mode, else the model's); returns it."""
     answer_parts: list[str] = []
-    yield turn.step("generating", "Writing the answer" if not abstained else "Not enough evidence to answer")
+    yield turn.step(
+        "generating", "Writing the answer" if not src.abstained else "Not enough evidence to answer"
+    )
     t_gen = time.monotonic()
     watch = None
-    answer_mode = "generated"
-    if abstained:
+    if src.abstained:
         pieces: Iterator[str] = generate.words_of(turn.prompt("abstain"))
-    elif route == "rag" and documents and grounded.extractive_only(turn):
-        answer_mode = "extractive"
-        pieces = generate.words_of(grounded.quote(turn, query, documents))
+    elif grounder is not None and grounder.extractive:
+        pieces = generate.words_of(grounder.quotes())
     else:
-        if route in ("rag", "sql"):
-            system = generate.sources_message(turn, documents)
+        if src.route in ("rag", "sql"):
+            system = generate.sources_message(turn, src.documents)
             messages = generate.llm_messages(turn, turn.prompt("system"), system)
-            watch = grounded.watch(turn, documents) if route == "rag" else None
+            watch = grounder.watch() if grounder is not None else None
         else:
             messages = generate.llm_messages(turn, turn.prompt("direct"), None)
         pieces = generate.stream_answer(turn, messages)
@@ -159,35 +185,38 @@ def _run(turn: Turn) -> Iterator[Event]:
             turn.flags["draft_stopped"] = True
             break
     turn.timings["generate_ms"] = int((time.monotonic() - t_gen) * 1000)
-    reply = "".join(answer_parts).strip()
+    return "".join(answer_parts).strip()
 
+
+def _verify(turn: Turn, src: Sources, grounder: Grounder | None, reply: str):
+    """The grounding check and its policy, then the citations and provenance; returns (reply, citations). A
+    refused draft makes the turn an abstention."""
     cited: list[dict] = []
-    if route == "rag" and not abstained and documents:
+    if grounder is not None:
         yield turn.step("grounding", "Checking each sentence against the sources")
         # The check embeds the passages' sentences: CPU work, queued like retrieval and provenance.
         with (yield from queued(turn)), turn.timed("grounding_ms"):
-            reply, turn.grounding, abstained = grounded.apply(turn, query, reply, documents, answer_mode)
-        yield turn.step("grounding", grounded.summary(turn.grounding), turn.grounding["action"])
-        turn.flags["grounding"] = turn.grounding["action"]
-    if route in ("rag", "sql") and not abstained:
+            reply, src.abstained = grounder.review(reply)
+        yield turn.step("grounding", grounder.summary(), turn.grounding["action"])
+    if src.route in ("rag", "sql") and not src.abstained:
+        documents = src.documents
         yield turn.step("verifying", "Checking citations")
         reply, cited, invented = citations.validate(reply, documents)
         turn.flags["invented_refs"] = invented
         turn.flags["uncited"] = bool(documents) and not cited
-        if opts.provenance != "none" and documents:
+        if turn.options.provenance != "none" and documents:
             yield turn.step("provenance", "Measuring how much each document contributed")
             with (yield from queued(turn)), turn.timed("provenance_ms"):
                 turn.flags["provenance_method"] = provenance.attribute(
-                    turn, reply, documents, opts.provenance
+                    turn, reply, documents, turn.options.provenance
                 )
-
-    turn.timings["total_ms"] = turn.elapsed_ms()
-    yield Done(_answer(turn, reply, rewritten, documents, fetched_new, route, cited, abstained))
+    return reply, cited
 
 
-def _retrieve(turn: Turn, query: str):
-    """Search (with one improved retry) and decide on abstention; returns (documents, abstained)."""
-    req, opts = turn.request, turn.options
+def _retrieve(turn: Turn, src: Sources):
+    """Search for `src.query` (with one improved retry) and decide on abstention: fills in the documents, whether
+    the turn abstains, and the retry's query when the documents came from it."""
+    req, opts, query = turn.request, turn.options, src.query
     vector = None
     if opts.hyde:
         yield turn.step("hyde", "Imagining an answer to search with")
@@ -216,50 +245,57 @@ def _retrieve(turn: Turn, query: str):
         relevant=verdict.relevant,
         evidence=round(verdict.evidence, 4),
     )
+    retried = None
     if not verdict.relevant:
-        yield turn.step("retrying", "Searching again with a better query")
-        with turn.timed("retry_ms"):
-            better, how = relevance.improved_query(turn, query)
-            retry_hits = retrieve.search(turn, better)
-            if opts.rerank:
-                retry_hits = retrieve.rerank(turn, query, retry_hits)
-            hits = relevance.best_of(turn, query, hits, retry_hits)
-            verdict = relevance.judge(turn, query, hits)
-        turn.flags["retried"] = {"query": better, "method": how}
-        yield turn.step(
-            "retrying",
-            verdict.reason,
-            verdict.method,
-            query=better,
-            relevant=verdict.relevant,
-            evidence=round(verdict.evidence, 4),
-        )
+        hits, verdict, retried = yield from _retry(turn, query, hits)
     turn.flags["evidence"] = round(verdict.evidence, 4)
     if not verdict.relevant:
-        return [], True
+        src.documents, src.abstained = [], True
+        return
+    src.retried_query = retried
     # Passages far below the evidence floor would only be noise on the cards and in the prompt.
     floor = turn.settings.abstain_below
-    top = grounded.above_floor(turn, query, hits[: opts.top_k], floor)
+    top = relevance.above_floor(turn, query, hits[: opts.top_k], floor)
     documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
     turn.chunk_vectors.update({(h.index, h.id): h.vector for h in top if h.vector is not None})
     yield turn.step("expanding", "Adding neighbouring passages")
     with turn.timed("expand_ms"):
         added = expand.expand(turn, documents)
     turn.flags["expanded_chunks"] = added
-    return documents, False
+    src.documents = documents
 
 
-def _answer(
-    turn: Turn,
-    reply: str,
-    rewritten: str | None,
-    documents: list[dict],
-    fetched_new: bool,
-    route: str,
-    cited: list[dict],
-    abstained: bool,
-) -> dict:
-    req = turn.request
+def _retry(turn: Turn, query: str, hits: list):
+    """The relevance check's second search, with the query it says it searches for; returns (the better of the
+    two attempts' hits, its verdict, the retry's query when its hits were kept, else None)."""
+    yield turn.step("retrying", "Searching again with a better query")
+    with turn.timed("retry_ms"):
+        better, how = relevance.improved_query(turn, query)
+    turn.flags["retried"] = {"query": better, "method": how}
+    yield turn.step("retrying", f"Searching again for: {better}", how, query=better)
+    with turn.timed("retry_ms"):
+        retry_hits = retrieve.search(turn, better)
+        if turn.options.rerank:
+            retry_hits = retrieve.rerank(turn, query, retry_hits)
+        best = relevance.best_of(turn, query, hits, retry_hits)
+        verdict = relevance.judge(turn, query, best)
+    used = best is retry_hits
+    # A client keeps the stage's last label (the web shows it under "Searching again"): it names the query.
+    kept = "" if used else "; the first search's passages stay"
+    yield turn.step(
+        "retrying",
+        f"Searched for: {better}{kept} ({verdict.reason})",
+        verdict.method,
+        query=better,
+        used=used,
+        relevant=verdict.relevant,
+        evidence=round(verdict.evidence, 4),
+    )
+    return best, verdict, better if used else None
+
+
+def _answer(turn: Turn, reply: str, src: Sources, cited: list[dict]) -> dict:
+    req, documents = turn.request, src.documents
     history = [m.model_dump() for m in req.history]
     history.append({"role": "user", "content": req.prompt})
     if documents:
@@ -271,13 +307,14 @@ def _answer(
     return {
         "reply": reply,
         "question": req.prompt,
-        "rewritten": rewritten,
+        "rewritten": src.rewritten,
+        "retried_query": src.retried_query,
         "history": history,
         "documents": documents,
-        "fetched_new_documents": fetched_new,
-        "route": route,
+        "fetched_new_documents": src.fetched_new,
+        "route": src.route,
         "citations": cited,
-        "abstained": abstained,
+        "abstained": src.abstained,
         "grounding": turn.grounding,
         "model": turn.generation_model,
         "llm_backend": turn.llm.backend.backend,

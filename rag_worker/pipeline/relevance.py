@@ -1,14 +1,13 @@
-"""Relevance check on the retrieved passages, the query improvement for one retry, and abstention."""
+"""Relevance check on the retrieved passages, the query improvement for one retry, abstention, and the evidence
+floor below which a passage is not shown."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from .cues import words
+from .grounding.sentences import passage_sentences
 from .turn import Turn
-
-log = logging.getLogger("rag_worker.pipeline")
 
 QUESTION_WORDS = {
     "what",
@@ -98,12 +97,9 @@ def improved_query(turn: Turn, query: str) -> tuple[str, str]:
         {"role": "system", "content": turn.prompt("retry")},
         {"role": "user", "content": f"Question: {query}"},
     ]
-    try:
-        candidate = turn.utility_chat(messages, max_tokens=64).strip().splitlines()
-        candidate = candidate[0].strip().strip('"') if candidate else ""
-    except Exception as exc:
-        log.warning("retry query from the model failed: %s", exc)
-        candidate = ""
+    reply = turn.ask_utility(messages, max_tokens=64, failing="retry query from the model failed") or ""
+    lines = reply.strip().splitlines()
+    candidate = lines[0].strip().strip('"') if lines else ""
     if 3 <= len(candidate) <= 400 and candidate.casefold() != query.casefold():
         return candidate, "llm"
     keywords = " ".join(w for w in words(query) if w not in QUESTION_WORDS)
@@ -128,3 +124,24 @@ def best_of(turn: Turn, question: str, first: list, second: list) -> list:
     """
     rescore(turn, question, second)
     return second if evidence(turn, question, second) > evidence(turn, question, first) else first
+
+
+def above_floor(turn: Turn, query: str, hits: list, floor: float) -> list:
+    """The hits worth showing: a chunk vector at or above the evidence floor, or, for a long chunk whose vector
+    is diluted by its other topics, one sentence that is (the README's "Backup" paragraph shares a chunk with
+    health, logs and stop). The sentence vectors stay in the turn for the grounding check and the quotes."""
+    low = [h for h in hits if h.vector_score is not None and h.vector_score < floor]
+    rescued: set[int] = set()
+    if low:
+        per_hit = [[p.text for p in passage_sentences("x", h.text)] for h in low]
+        flat = [t for texts in per_hit for t in texts]
+        if flat:
+            sims = turn.embed_texts(flat) @ turn.embed_query(query)
+            at = 0
+            for h, texts in zip(low, per_hit, strict=True):
+                if texts and float(sims[at : at + len(texts)].max()) >= floor:
+                    rescued.add(id(h))
+                at += len(texts)
+    if rescued:
+        turn.flags["rescued_passages"] = len(rescued)
+    return [h for h in hits if h.vector_score is None or h.vector_score >= floor or id(h) in rescued]

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
 from .turn import Turn
-
-log = logging.getLogger("rag_worker.pipeline")
 
 
 def hyde_vector(turn: Turn, query: str) -> np.ndarray | None:
     """Embed a hypothetical answer together with the query (HyDE); None when the model can't help."""
     messages = [{"role": "system", "content": turn.prompt("hyde")}, {"role": "user", "content": query}]
-    try:
-        passage = turn.utility_chat(messages, max_tokens=160).strip()
-    except Exception as exc:
-        log.warning("HyDE skipped: %s", exc)
-        return None
+    passage = (turn.ask_utility(messages, max_tokens=160, failing="HyDE skipped") or "").strip()
     if not passage:
         return None
     mixed = turn.embed_query(query) + turn.embed_query(passage)

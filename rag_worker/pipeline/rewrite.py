@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from dataclasses import dataclass
 
 from .cues import is_follow_up, words
 from .fetch_check import last_user_question
 from .turn import Turn, history_excerpt
-
-log = logging.getLogger("rag_worker.pipeline")
 
 PREFIX_RE = re.compile(r"^(rewritten|standalone)?\s*(question|query)\s*:\s*", re.IGNORECASE)
 
@@ -39,11 +36,8 @@ def rewrite(turn: Turn) -> Rewrite:
             ),
         },
     ]
-    try:
-        candidate = clean(turn.utility_chat(messages, max_tokens=96))
-    except Exception as exc:
-        log.warning("rewrite fell back to concatenation: %s", exc)
-        candidate = ""
+    reply = turn.ask_utility(messages, max_tokens=96, failing="rewrite fell back to concatenation")
+    candidate = clean(reply or "")
     if plausible(candidate, prompt):
         if candidate.casefold() == prompt.casefold():
             return Rewrite(prompt, None, "llm")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import re
 
 from ..services import Services
+from . import utility
 from .prompts import DEFAULTS
 
-log = logging.getLogger("rag_worker.pipeline")
 MAX_WORDS = 6
 
 
@@ -19,16 +18,17 @@ def fallback_title(question: str) -> str:
 
 
 def make_title(services: Services, question: str) -> str:
-    try:
-        llm = services.llm.resolve()
-        raw = llm.backend.chat(
-            [{"role": "system", "content": DEFAULTS["title"]}, {"role": "user", "content": question[:2000]}],
-            model=llm.utility_model,
-            temperature=0.0,
-            max_tokens=24,
-        )
-    except Exception as exc:
-        log.warning("title from the model failed, using the question's words: %s", exc)
+    messages = [
+        {"role": "system", "content": DEFAULTS["title"]},
+        {"role": "user", "content": question[:2000]},
+    ]
+    raw = utility.ask(
+        services.llm.resolve,
+        messages,
+        max_tokens=24,
+        failing="title from the model failed, using the question's words",
+    )
+    if raw is None:
         return fallback_title(question)
     line = next((ln for ln in raw.strip().splitlines() if ln.strip()), "")
     title = re.sub(r"^(title\s*:\s*)", "", line.strip(), flags=re.IGNORECASE).strip().strip('"*#').strip()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from contextlib import contextmanager
@@ -12,14 +11,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..schemas import ChatRequest
+from . import utility
 from .events import Step
 from .prompts import prompt as default_prompt
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llm import CancelToken, Resolved
     from ..services import Services
-
-log = logging.getLogger("rag_worker.pipeline")
 
 YES_NO_RE = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 
@@ -40,7 +38,7 @@ class TurnOptions:
     max_tokens: int | None
     prompts: dict[str, str]
     stop: list[str] = field(default_factory=list)
-    grounding: str | None = None  # None: the backend's default (grounded.policy)
+    grounding: str | None = None  # None: the backend's default (grounding.policy.policy_for)
     answer_mode: str | None = None
 
 
@@ -101,10 +99,12 @@ class Turn:
         return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, dim), dtype=np.float32)
 
     def utility_chat(self, messages: list[dict], max_tokens: int = 64) -> str:
-        """A short call to the utility model; the caller falls back to its model-free answer on failure."""
-        return self.llm.backend.chat(
-            messages, model=self.llm.utility_model, temperature=0.0, max_tokens=max_tokens
-        )
+        """A short call to the utility model that raises on failure (`ask_utility` falls back instead)."""
+        return utility.chat(self.llm, messages, max_tokens)
+
+    def ask_utility(self, messages: list[dict], *, max_tokens: int, failing: str) -> str | None:
+        """The utility model's reply, or None (logged: "<failing>: <error>") for the caller's fallback."""
+        return utility.ask(self.llm, messages, max_tokens=max_tokens, failing=failing)
 
     def ask_yes_no(self, instruction: str, body: str) -> bool | None:
         """Ask the utility model a YES/NO question; None when it is unavailable or answers neither."""
@@ -112,12 +112,8 @@ class Turn:
             {"role": "system", "content": instruction},
             {"role": "user", "content": f"{body}\n\nAnswer YES or NO."},
         ]
-        try:
-            reply = self.utility_chat(messages, max_tokens=4)
-        except Exception as exc:  # a decision step must never sink the turn
-            log.warning("utility model failed in a yes/no step: %s", exc)
-            return None
-        match = YES_NO_RE.search(reply)
+        reply = self.ask_utility(messages, max_tokens=4, failing="utility model failed in a yes/no step")
+        match = None if reply is None else YES_NO_RE.search(reply)
         return None if match is None else match.group(1).lower() == "yes"
 
 

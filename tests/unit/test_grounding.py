@@ -6,7 +6,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from rag_worker.llm import CancelToken
-from rag_worker.pipeline import extractive, generate, grounded, grounding
+from rag_worker.pipeline import generate
+from rag_worker.pipeline.grounding import Grounder, check, quotes, sentences
+from rag_worker.pipeline.grounding.policy import policy_for
 from rag_worker.pipeline.turn import Turn, TurnOptions
 from rag_worker.schemas import ChatRequest
 from rag_worker.settings import Settings
@@ -44,11 +46,17 @@ def passages(docs=DOCS) -> dict[str, str]:
     return {d["ref"]: d["text"] for d in docs}
 
 
+def review(turn: Turn, reply: str) -> tuple[str, dict, bool]:
+    """The policy's review of a generated `reply` to the backup question: (reply shown, grounding, refused)."""
+    shown, refused = Grounder(turn, "How do I back up the data?", DOCS).review(reply)
+    return shown, turn.grounding, refused
+
+
 # -- splitting ----------------------------------------------------------------------------------------------------
 
 
 def test_sentences_keep_their_citations_before_or_after_the_full_stop():
-    found = grounding.split_sentences(
+    found = sentences.split_sentences(
         "Ducks eat fish [S1]. Drakes are males.[S2, S3] Hens lay eggs. [S4]\nEnd"
     )
     assert [s.refs for s in found] == [["S1"], ["S2", "S3"], ["S4"], []]
@@ -59,7 +67,7 @@ def test_sentences_keep_their_citations_before_or_after_the_full_stop():
 
 def test_abbreviations_code_spans_and_hard_wrapped_lines_do_not_end_a_sentence():
     text = "Copy both, e.g. `tar czf a.tgz index_store` now.\nIt keeps\nthe uploads too [S1]. Dr. Who agrees."
-    found = grounding.split_sentences(text)
+    found = sentences.split_sentences(text)
     assert [s.plain for s in found] == [
         "Copy both, e.g. `tar czf a.tgz index_store` now.",
         "It keeps the uploads too.",
@@ -68,7 +76,7 @@ def test_abbreviations_code_spans_and_hard_wrapped_lines_do_not_end_a_sentence()
 
 
 def test_list_items_and_headings_are_their_own_sentences():
-    found = grounding.split_sentences("## Backup\n- copy `index_store`\n1. stop the system\n2. copy both")
+    found = sentences.split_sentences("## Backup\n- copy `index_store`\n1. stop the system\n2. copy both")
     assert [s.plain for s in found] == ["Backup", "copy `index_store`", "stop the system", "copy both"]
 
 
@@ -81,7 +89,7 @@ def test_a_quote_and_a_paraphrase_are_supported_an_invention_is_not(embedder):
         "All state is kept in two folders, index_store and shared_uploads [S1]. "
         "Ducks have waterproof feathers because of an oil gland near the tail [S2]. " + INVENTED
     )
-    fixed, g = grounding.check(turn, reply, passages(), DOCS)
+    fixed, g = check.check(turn, reply, passages(), DOCS)
     labels = [s["label"] for s in g["sentences"]]
     assert labels[:2] == ["supported", "supported"], g["sentences"]
     assert labels[2:] == ["unsupported", "unsupported"], g["sentences"]
@@ -95,7 +103,7 @@ def test_a_quote_and_a_paraphrase_are_supported_an_invention_is_not(embedder):
 def test_a_wrong_or_invented_citation_is_corrected_to_the_supporting_source(embedder):
     turn = make_turn(embedder)
     reply = "A male duck is called a drake [S1]. Stop the system, then copy both folders with tar [S9]."
-    fixed, g = grounding.check(turn, reply, passages(), DOCS)
+    fixed, g = check.check(turn, reply, passages(), DOCS)
     assert (
         fixed == "A male duck is called a drake [S2]. Stop the system, then copy both folders with tar [S1]."
     )
@@ -108,7 +116,7 @@ def test_a_wrong_or_invented_citation_is_corrected_to_the_supporting_source(embe
 
 def test_a_right_citation_is_left_alone(embedder):
     reply = "Ducks eat aquatic plants, small fish and insects [S2]."
-    fixed, g = grounding.check(make_turn(embedder), reply, passages(), DOCS)
+    fixed, g = check.check(make_turn(embedder), reply, passages(), DOCS)
     assert fixed == reply and g["sentences"][0]["citation_ok"] and "corrected_from" not in g["sentences"][0]
 
 
@@ -116,17 +124,17 @@ def test_a_right_citation_is_left_alone(embedder):
 
 
 def test_default_policy_is_extract_for_the_embedded_model_and_flag_for_ollama(embedder):
-    assert grounded.policy(make_turn(embedder, backend="local")) == "extract"
-    assert grounded.policy(make_turn(embedder, backend="ollama")) == "flag"
-    assert grounded.policy(make_turn(embedder, backend="ollama", GROUNDING_POLICY="refuse")) == "refuse"
+    assert policy_for(make_turn(embedder, backend="local")) == "extract"
+    assert policy_for(make_turn(embedder, backend="ollama")) == "flag"
+    assert policy_for(make_turn(embedder, backend="ollama", GROUNDING_POLICY="refuse")) == "refuse"
     turn = make_turn(embedder, backend="local")
     turn.options.grounding = "flag"
-    assert grounded.policy(turn) == "flag"
+    assert policy_for(turn) == "flag"
 
 
 def test_flag_keeps_the_invented_answer_and_marks_it(embedder):
     turn = make_turn(embedder, GROUNDING_POLICY="flag")
-    reply, g, refused = grounded.apply(turn, "How do I back up the data?", INVENTED, DOCS, "generated")
+    reply, g, refused = review(turn, INVENTED)
     assert reply == INVENTED and not refused
     assert g["action"] == "flagged" and g["supported_share"] == 0.0
     assert {s["label"] for s in g["sentences"]} == {"unsupported"}
@@ -134,7 +142,7 @@ def test_flag_keeps_the_invented_answer_and_marks_it(embedder):
 
 def test_extract_replaces_the_invented_answer_with_quotes_and_a_caveat(embedder):
     turn = make_turn(embedder, GROUNDING_POLICY="extract")
-    reply, g, refused = grounded.apply(turn, "How do I back up the data?", INVENTED, DOCS, "generated")
+    reply, g, refused = review(turn, INVENTED)
     assert not refused and g["action"] == "extracted" and g["answer_mode"] == "extractive"
     assert reply.startswith(turn.prompt("extract_caveat"))
     assert "From README.md:" in reply and "index_store" in reply and "[S1]" in reply
@@ -144,7 +152,7 @@ def test_extract_replaces_the_invented_answer_with_quotes_and_a_caveat(embedder)
 
 def test_refuse_abstains_and_says_why(embedder):
     turn = make_turn(embedder, GROUNDING_POLICY="refuse")
-    reply, g, refused = grounded.apply(turn, "How do I back up the data?", INVENTED, DOCS, "generated")
+    reply, g, refused = review(turn, INVENTED)
     assert refused and g["action"] == "refused" and reply == turn.prompt("ungrounded")
     assert "not supported" in reply
 
@@ -153,12 +161,12 @@ def test_a_grounded_answer_passes_every_policy_unchanged(embedder):
     answer = "All state is in two folders, `index_store/` and `shared_uploads/` [S1]."
     for policy in ("flag", "extract", "refuse"):
         turn = make_turn(embedder, GROUNDING_POLICY=policy)
-        reply, g, refused = grounded.apply(turn, "How do I back up the data?", answer, DOCS, "generated")
+        reply, g, refused = review(turn, answer)
         assert (reply, g["action"], refused) == (answer, "none", False)
 
 
 def test_the_stream_watch_stops_an_invented_draft_early(embedder):
-    watch = grounding.StreamWatch(make_turn(embedder), passages(), DOCS)
+    watch = check.StreamWatch(make_turn(embedder), passages(), DOCS)
     stopped_at = None
     words = (INVENTED + " It also deletes old copies every night.").split(" ")
     for i, word in enumerate(words):
@@ -173,12 +181,12 @@ def test_the_stream_watch_stops_an_invented_draft_early(embedder):
 
 def test_extractive_answer_quotes_the_best_sentences_in_document_order_with_a_lead(embedder):
     turn = make_turn(embedder)
-    reply = extractive.answer(turn, "How do I back up the data?", passages(), DOCS)
+    reply = quotes.answer(turn, "How do I back up the data?", passages(), DOCS)
     assert reply.startswith("From README.md:\n\n> ")
     assert reply.rstrip().endswith("[S1]") and "ducks" not in reply.lower()
     # document order inside the passage: the folders come before the tar command
     assert reply.index("two folders") < reply.index("tar czf")
-    _, g = grounding.check(turn, reply, passages(), DOCS)
+    _, g = check.check(turn, reply, passages(), DOCS)
     assert g["supported_share"] == 1.0
 
 
@@ -188,7 +196,7 @@ def test_extractive_answer_never_quotes_two_near_identical_sentences(embedder):
         "It was completed in 1889 for the World's Fair."
     )
     docs = [{"ref": "S1", "id": "e", "filename": "eiffel.md", "text": text}]
-    reply = extractive.answer(make_turn(embedder), "How tall is the Eiffel Tower?", passages(docs), docs)
+    reply = quotes.answer(make_turn(embedder), "How tall is the Eiffel Tower?", passages(docs), docs)
     assert reply.count("330 metres") == 1
 
 

@@ -139,14 +139,14 @@ def test_under_gevent_generation_does_not_freeze_other_greenlets(local, cache_di
 def test_an_overlong_prompt_keeps_its_tail_for_the_context_window():
     import torch
 
-    from rag_worker.llm.local import _fit_context
+    from rag_worker.llm.local import fit_context
 
     class Config:
         max_position_embeddings = 100
 
     ids = torch.arange(150).unsqueeze(0)
-    fitted = _fit_context({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, Config(), new_tokens=30)
+    fitted = fit_context({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, Config(), new_tokens=30)
     assert fitted["input_ids"].shape[-1] == 70 and fitted["input_ids"][0, -1].item() == 149
     assert fitted["attention_mask"].shape[-1] == 70
     short = {"input_ids": ids[:, :10]}
-    assert _fit_context(short, Config(), new_tokens=30) is short
+    assert fit_context(short, Config(), new_tokens=30) is short

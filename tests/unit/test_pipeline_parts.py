@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from rag_worker.pipeline import citations, cues, generate, rewrite
-from rag_worker.pipeline.titles import fallback_title
+from rag_worker.pipeline.titles import fallback_title, make_title
 
 DOCS = [
     {"ref": "S1", "id": "a", "filename": "a.md", "page": 2},
@@ -70,6 +72,22 @@ def test_fallback_title_takes_the_first_words():
     assert fallback_title("What do ducks eat?") == "What do ducks eat"
     assert fallback_title("one two three four five six seven eight") == "one two three four five six…"
     assert fallback_title("   ") == "New chat"
+
+
+def test_a_title_falls_back_to_the_question_when_no_model_can_be_resolved_or_answers(caplog):
+    def unreachable():
+        raise ConnectionError("Ollama not reachable")
+
+    def failing(messages, **kw):
+        raise TimeoutError("no answer")
+
+    no_router = SimpleNamespace(llm=SimpleNamespace(resolve=unreachable))
+    broken = SimpleNamespace(backend=SimpleNamespace(chat=failing), utility_model="small")
+    no_answer = SimpleNamespace(llm=SimpleNamespace(resolve=lambda: broken))
+    for services in (no_router, no_answer):
+        assert make_title(services, "What do ducks eat?") == "What do ducks eat"
+    failures = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(failures) == 2 and all("title from the model failed" in m for m in failures)
 
 
 def test_canned_replies_stream_as_words_and_rejoin_exactly():

@@ -278,3 +278,35 @@ def test_a_retry_that_drifts_off_topic_does_not_talk_the_worker_out_of_abstainin
     assert retry and retry[0]["detail"]["query"].startswith("Ducks eat")
     done = events[-1][1]
     assert done["abstained"] is True and done["documents"] == []
+    assert done.get("retried_query") is None, "no passage shown came from the retry"
+
+
+def test_a_retried_search_shows_its_query_and_the_answer_says_its_passages_came_from_it(worker, fake_ollama):
+    from tests.ollama_server import default_responder
+
+    def responder(model, messages, body):
+        if "better search query" in str(messages):
+            return "ducks eat"
+        return default_responder(model, messages, body)
+
+    fake_ollama.responder = responder
+    # Full-text search finds no word of the question in the animals: only the retry's query finds the ducks.
+    body = {
+        "prompt": "What does a waterfowl have for dinner?",
+        "index": "corpus",
+        "datasets": ["animals"],
+        "options": {"mode": "fts", "route": "rag"},
+    }
+    events = events_of(worker, body)
+    done = events[-1][1]
+    assert done["abstained"] is False and done["documents"][0]["filename"] == "ducks.md"
+    retry = [d for e, d in events if e == "step" and d["step"] == "retrying"]
+    shown = [d for d in retry if "ducks eat" in d["label"]]
+    assert shown and shown[0]["detail"]["query"] == "ducks eat", "the stream says what it searched again for"
+    assert "ducks eat" in retry[-1]["label"], (
+        "the stage's outcome, the line a client keeps, names the query too"
+    )
+    assert retry[-1]["detail"]["used"] is True
+    assert done["retried_query"] == "ducks eat", "the answer says which query its passages came from"
+    assert done["rewritten"] is None, "the question itself was not rewritten"
+    assert done["question"] == "What does a waterfowl have for dinner?"

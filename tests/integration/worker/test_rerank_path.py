@@ -1,7 +1,7 @@
 """The cross-encoder path end to end: RERANKER_MODEL set, the turn reranks and measures provenance with it.
 
-The model is a tiny random one built on disk (no weights ship in any package here, docs/design/MODELS.md), so its order
-means nothing; what is checked is that the worker really runs it and reports it.
+The model is a tiny random one built on disk (no weights ship in any package here, docs/design/MODELS.md), so
+its order means nothing; what is checked is that the worker really runs it and reports it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The extractive answer: the passage sentences that best answer the question, quoted with their citations.
+"""Quotes, the extractive answer: the passage sentences that best answer the question, quoted with their citations.
 
 Needs no generator and is grounded by construction. Sentences are chosen by similarity to the question (plus a
 small bonus for the question's own content words), greedily with a diversity penalty (maximal marginal
@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
-from .grounding import content_words, passage_sentences
-from .turn import Turn
+from ..turn import Turn
+from .sentences import content_words, passage_sentences
 
 MAX_SENTENCES = 3
 DIVERSITY = 0.6  # weight of the similarity to an already chosen sentence (MMR)
