@@ -2,6 +2,7 @@
 
 The values are names that passed `names.check_name` (datasets, indexes, ids), a strict id pattern (document ids),
 integers, or a sha256 digest of the file name (`doc_key`), so no user text is ever interpolated into a filter.
+A value that is none of these is refused with an exception, whatever the interpreter's flags (never an `assert`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..errors import BadRequest
 from ..names import NAME_RE
 
 DOCUMENT_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+DIGEST_RE = re.compile(r"^[0-9a-f]{40}$")
 WORD_RE = re.compile(r"\w", re.UNICODE)
 
 
@@ -31,13 +33,19 @@ def check_document_id(value: object) -> str:
 
 
 def in_clause(column: str, names: Sequence[str]) -> str:
-    # Only values that passed check_name ([A-Za-z0-9_-]) reach this point: quoting needs no escaping.
-    assert all(NAME_RE.fullmatch(n) for n in names)
+    """`column IN ('a', 'b')` for values that passed check_name ([A-Za-z0-9_-]), which need no escaping; any other
+    value is a ValueError (a caller that skipped the check), never quoted into the filter."""
+    bad = [n for n in names if not isinstance(n, str) or not NAME_RE.fullmatch(n)]
+    if bad:
+        raise ValueError(f"refusing to filter {column} by {bad[0]!r}: only checked names go into a filter")
     return f"{column} IN ({', '.join(repr(str(n)) for n in names)})"
 
 
 def doc_keys_clause(digests: Sequence[str]) -> str:
     """`doc_key IN (...)` for `doc_key` digests."""
+    bad = [d for d in digests if not isinstance(d, str) or not DIGEST_RE.fullmatch(d)]
+    if bad:
+        raise ValueError(f"refusing to filter doc_key by {bad[0]!r}: not a doc_key digest")
     return "doc_key IN (" + ", ".join(f"'{d}'" for d in digests) + ")"
 
 

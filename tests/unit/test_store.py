@@ -730,3 +730,15 @@ def test_a_table_whose_packed_column_lacks_the_id_is_searched_written_and_rebuil
     for mode in ("hybrid", "vector", "fts"):
         hits = store.search(staged, QUERIES[0], mode=mode, limit=4)
         assert hits and [stored(h) for h in hits] == [want[h.id] for h in hits]
+
+
+def test_a_filter_refuses_an_unchecked_value_also_under_python_O():
+    """A name that skipped check_name never goes into a filter: it is refused with an error saying so, also when
+    the worker runs under `python -O`, which strips asserts (the quoted value would end the filter's string)."""
+    import subprocess
+    import sys
+
+    code = "from rag_worker.store.filters import in_clause; print(in_clause('dataset', ['hr', \"x') OR 1=1 --\"]))"
+    run = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "OR 1=1" not in run.stdout
+    assert "only checked names go into a filter" in run.stderr
