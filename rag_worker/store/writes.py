@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -74,19 +73,12 @@ def commit_fragments(table: LanceTable, fragments: list) -> None:
     import lance
 
     uri = str(table.uri)
-    delay = 0.05
-    for attempt in range(8):
-        try:
-            current = lance.dataset(uri)
-            lance.LanceDataset.commit(
-                uri, lance.LanceOperation.Append(fragments), read_version=current.version
-            )
-            break
-        except OSError as exc:  # a concurrent commit that could not be rebased: retry on the new version
-            if attempt == 7 or "onflict" not in str(exc):
-                raise
-            time.sleep(delay)
-            delay *= 2
+
+    def commit() -> None:
+        current = lance.dataset(uri)
+        lance.LanceDataset.commit(uri, lance.LanceOperation.Append(fragments), read_version=current.version)
+
+    retry_conflicts(commit, f"appending fragments to {table.name}")
 
 
 def upsert(

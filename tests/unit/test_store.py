@@ -742,3 +742,35 @@ def test_a_filter_refuses_an_unchecked_value_also_under_python_O():
     run = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and "OR 1=1" not in run.stdout
     assert "only checked names go into a filter" in run.stderr
+
+
+def test_a_fragment_commit_rides_out_lost_races_as_every_other_commit(filled, monkeypatch):
+    """The Ray engine's fragment appends lose commit races to other writers as any commit does; they are retried
+    under the store's one policy (as many attempts, the same growing pauses) rather than given up on sooner."""
+    import lance
+    from lance.commit import CommitConflictError
+    from lance.fragment import LanceFragment
+
+    from rag_worker.store import writes
+
+    text = "Pods are restarted by the scheduler when their health check fails."
+    rows = rows_for("eng", "pods.md", [text], embedder=filled.embedder)
+    fragment = LanceFragment.create(filled.table_uri("default"), filled.prepare_rows("default", rows))
+    commit = lance.LanceDataset.commit
+    lost = []
+
+    def loses_to_other_writers(*args, **kwargs):
+        if len(lost) < writes.COMMIT_ATTEMPTS - 1:
+            lost.append(args)
+            raise CommitConflictError(
+                "Retryable commit conflict for version 7: preempted by a concurrent Append"
+            )
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(loses_to_other_writers))
+    monkeypatch.setattr(writes, "COMMIT_BACKOFF_S", 0.001)  # the same doubling pauses, shorter
+    filled.commit_fragments("default", [fragment])
+    assert len(lost) == writes.COMMIT_ATTEMPTS - 1
+    assert texts(filled.search("default", "scheduler restarts pods health check", mode="fts", limit=1)) == [
+        text
+    ]
