@@ -15,14 +15,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..settings import Settings
 from .rows import Hit, to_hit
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..settings import Settings
 
 FUSIONS = ("rrf", "tmm", "zscore", "robust")
 # The MAD of normally distributed values times this is their standard deviation.
@@ -45,9 +42,17 @@ class FusionParams:
     def from_settings(cls, settings: Settings) -> FusionParams:
         return cls(settings.fusion, settings.rrf_k, settings.fusion_alpha)
 
+    @classmethod
+    def defaults(cls) -> FusionParams:
+        """The settings' defaults (no environment read): what a store built without settings, and `fuse`, use."""
+        return _DEFAULT_PARAMS
+
     def but(self, **overrides) -> FusionParams:
         """These parameters with those of `overrides` that are not None instead."""
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+_DEFAULT_PARAMS = FusionParams.from_settings(Settings.model_construct())
 
 
 def fuse(
@@ -56,19 +61,22 @@ def fuse(
     qvec: np.ndarray | None = None,
     *,
     limit: int,
-    fusion: str = "rrf",
-    rrf_k: int = 60,
-    alpha: float = 0.5,
+    fusion: str | None = None,
+    rrf_k: int | None = None,
+    alpha: float | None = None,
 ) -> list[Hit]:
     """Fuse the two legs' rows (each best first) into at most `limit` hits, best first (see FUSIONS).
 
-    `alpha` weighs the vector leg in the convex fusions (1 - alpha the FTS leg). A chunk missing from a leg
+    `fusion`, `rrf_k` and `alpha` not given are the settings' defaults (`FusionParams.defaults`). `alpha` weighs the vector leg in the convex fusions (1 - alpha the FTS leg). A chunk missing from a leg
     scores that leg's theoretical minimum (BM25 0, cosine -1), except that an FTS row carrying its stored vector
     gets its exact cosine similarity with `qvec`. Ties go to the higher cosine similarity, then index, then row
     id (where the legs give one), then id.
 
     A row is the same chunk in both legs by its row id when the legs return one (the store's legs always do; a
     slim leg returns nothing else), else by its id."""
+    if fusion is None or rrf_k is None or alpha is None:
+        params = FusionParams.defaults().but(fusion=fusion, rrf_k=rrf_k, alpha=alpha)
+        fusion, rrf_k, alpha = params.fusion, params.rrf_k, params.alpha
     if fusion not in FUSIONS:
         raise ValueError(f"unknown fusion {fusion!r}")
     legs = _Legs(vec_rows, fts_rows)

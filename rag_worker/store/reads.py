@@ -56,7 +56,7 @@ class Reader:
         self.embedder = embedder
         # How hybrid mode fuses (a search's own arguments override it), when a table gets its ANN index and how
         # the vector leg searches it: the settings' values, their defaults when none are given.
-        self.fusion = fusion or FusionParams("rrf", 10, 0.5)
+        self.fusion = fusion or FusionParams.defaults()
         self.ann = ann_params or ann.AnnParams.from_settings(defaults)
 
     @classmethod
@@ -65,6 +65,7 @@ class Reader:
         return cls(
             settings.lancedb_dir,
             embedder,
+            fusion=FusionParams.from_settings(settings),
             ann_params=ann.AnnParams.from_settings(settings),
             index_cache_mb=settings.lancedb_index_cache_mb,
             metadata_cache_mb=settings.lancedb_metadata_cache_mb,

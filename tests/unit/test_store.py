@@ -107,7 +107,7 @@ def test_each_mode_finds_the_right_chunk(filled, mode):
 
 
 def test_hybrid_fuses_both_legs_by_reciprocal_rank(filled):
-    hits = filled.search("default", "vacation days", mode="hybrid", limit=10, rrf_k=60)
+    hits = filled.search("default", "vacation days", mode="hybrid", limit=10, fusion="rrf", rrf_k=60)
     for h in hits:
         expected = sum(1 / (60 + r) for r in (h.vector_rank, h.fts_rank) if r is not None)
         assert h.score == pytest.approx(expected)
@@ -443,7 +443,8 @@ def test_tied_chunks_rank_by_row_and_the_same_ones_make_the_cut(store, mode):
     )
     query = "quarterly audit ledger"
     runs = [
-        [h.id for h in store.search("default", query, mode=mode, limit=limit, rrf_k=60)] for _ in range(5)
+        [h.id for h in store.search("default", query, mode=mode, limit=limit, fusion="rrf", rrf_k=60)]
+        for _ in range(5)
     ]
     assert all(r == runs[0] for r in runs)
     rows = store.table("default").search().select(["id", "text"]).with_row_id(True).to_arrow().to_pylist()
