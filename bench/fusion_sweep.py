@@ -50,15 +50,15 @@ _KEEP = (
 
 def legs(services, data: beir.BeirDataset, depth: int, prf_docs: int = 0):
     """qid -> (vector rows, FTS rows, query vector), as `Store.search` fetches them in hybrid mode."""
-    from rag_worker.store import _has_words
+    from rag_worker.store import has_words
 
     store = services.store
-    tables = store._snapshots([(INDEX, store._require(INDEX))])
+    tables = store.snapshots(store.open_tables([INDEX]))
     out = {}
     texts = {}
     for n, (qid, query) in enumerate(data.queries.items(), start=1):
         qvec = services.embedder.embed_query(query)
-        vec_rows, fts_rows = store._run_legs(tables, qvec, query if _has_words(query) else None, None, depth)
+        vec_rows, fts_rows = store.legs(tables, qvec, query if has_words(query) else None, None, depth)
         out[qid] = (_slim(vec_rows), _slim(fts_rows), qvec)
         if prf_docs:
             texts[qid] = (
@@ -77,7 +77,7 @@ def small_index_legs(services, data: beir.BeirDataset, fetched: dict) -> dict:
     (BM25 with the collection's term statistics, which a small index would compute over itself)."""
     from rag_worker.store import PACKED
 
-    table = services.store._require(INDEX)
+    table = services.store.table(INDEX)
     columns = [c for c in ("id", "filename", PACKED, "document_id", "dataset", "chunk_index", "metadata", "vector")
                if c in table.schema.names]  # fmt: skip
     rows = table.search().select(columns).with_row_id(True).limit(None).to_arrow().to_pylist()
@@ -143,24 +143,24 @@ def prf_query(query: str, fts_rows, n_docs: int, n_terms: int) -> str:
 def prf_legs(services, fetched_texts: dict, fetched: dict, depth: int, n_docs: int, n_terms: int) -> dict:
     """The same legs with the FTS leg re-run on the expanded query."""
     store = services.store
-    tables = store._snapshots([(INDEX, store._require(INDEX))])
+    tables = store.snapshots(store.open_tables([INDEX]))
     out = {}
     for qid, (vec_rows, _, qvec) in fetched.items():
         query, fts_full = fetched_texts[qid]
         expanded = prf_query(query, fts_full, n_docs, n_terms)
-        _, fts_rows = store._run_legs(tables, qvec, expanded, None, depth)
+        _, fts_rows = store.legs(tables, qvec, expanded, None, depth)
         out[qid] = (vec_rows, _slim(fts_rows), qvec)
     return out
 
 
 def _slim(rows):
-    from rag_worker.store import PACKED, _hit  # a packed table's rows carry their fields in this column
+    from rag_worker.store import PACKED, to_hit  # a packed table's rows carry their fields in this column
 
     slim = []
     for name, row in rows:
         keep = {k: row[k] for k in (*_KEEP, PACKED) if k in row}
         if "id" not in keep:  # a table whose packed column holds the id: the legs read no id column
-            keep["id"] = _hit(name, row).id
+            keep["id"] = to_hit(name, row).id
         keep["text"] = ""
         if row.get("vector") is not None:
             keep["vector"] = np.asarray(row["vector"], dtype=np.float32)
@@ -182,7 +182,7 @@ def exact_bm25(services, data: beir.BeirDataset, fetched: dict) -> dict:
     """qid -> {chunk id: BM25 score} for the chunks only the vector leg found (0 when no query term matches)."""
     from lancedb.query import MatchQuery
 
-    table = services.store._require(INDEX)
+    table = services.store.table(INDEX)
     out = {}
     for qid, (vec_rows, fts_rows, _) in fetched.items():
         seen = {r["id"] for _, r in fts_rows}
@@ -198,15 +198,15 @@ def exact_bm25(services, data: beir.BeirDataset, fetched: dict) -> dict:
 
 def convex_variant(fetched: dict, data, params: dict, bm25_of: dict | None, doc_level: bool) -> dict:
     """nDCG@10 etc. of a convex fusion with exact BM25 for vector-only chunks (`bm25_of`) and/or per document."""
-    from rag_worker.store import BM25_MIN, COSINE_MIN, _normaliser, fuse
+    from rag_worker.store import BM25_MIN, COSINE_MIN, fuse, normaliser
 
     fusion, alpha = params["fusion"], params["alpha"]
     doc_of = {filename_for(d): d for d in data.corpus}
     run = {}
     for qid, (vec_rows, fts_rows, qvec) in fetched.items():
         hits = fuse(vec_rows, fts_rows, qvec, limit=10**6, **params)
-        nv = _normaliser(fusion, [1.0 - float(r["_distance"]) for _, r in vec_rows], COSINE_MIN)
-        nf = _normaliser(fusion, [float(r["_score"]) for _, r in fts_rows], BM25_MIN)
+        nv = normaliser(fusion, [1.0 - float(r["_distance"]) for _, r in vec_rows], COSINE_MIN)
+        nf = normaliser(fusion, [float(r["_score"]) for _, r in fts_rows], BM25_MIN)
         extra = (bm25_of or {}).get(qid, {})
         parts = []
         for h in hits:
@@ -278,7 +278,7 @@ def fts_variants(services, data, store_dir: Path):
     from lancedb.query import MatchQuery
 
     doc_of = {filename_for(d): d for d in data.corpus}
-    src = services.store._require(INDEX).to_arrow().select(["id", "filename", "text"])
+    src = services.store.table(INDEX).to_arrow().select(["id", "filename", "text"])
     scratch = store_dir / "fts-sweep"
     shutil.rmtree(scratch, ignore_errors=True)
     db = lancedb.connect(str(scratch))

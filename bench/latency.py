@@ -22,7 +22,7 @@ p50 / p95 are per query, in milliseconds, after one warm-up query.
 
 The sweep: every index type is built with every `--partitions` (0: LanceDB's default), and each build is then
 searched with every `--nprobes` x `--refine` (refine_factor; 0: none) x `--ef` (HNSW candidates; 0: LanceDB's
-default), set on the store as ANN_NPROBES, ANN_REFINE_FACTOR and ANN_EF would; the speed-ups are p50 ratios
+default), set on the store (`Store.ann`) as ANN_NPROBES, ANN_REFINE_FACTOR and ANN_EF would; the speed-ups are p50 ratios
 against NumPy's exact scan in the same run. `--reuse` (one size) keeps the table and index an earlier run with
 the same arguments left, so a search-time sweep needs no rebuild (LanceDB's exact scan is then not timed).
 """
@@ -30,6 +30,7 @@ the same arguments left, so a search-time sweep needs no rebuild (LanceDB's exac
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         store.add_chunks(INDEX, [{"document_id": "0" * 64, "filename": "seed.txt", "dataset": "synthetic",
                                   "chunk_index": 0, "text": texts[0], "vector": first[0]}])  # fmt: skip
         store.delete_document(INDEX, dataset="synthetic", filename="seed.txt")
-    table = store._require(INDEX)
+    table = store.table(INDEX)
     chunks: list[np.ndarray] = []
     have = 0
     rows: list[dict] = []
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     print("|---:|---|---:|---|---|---:|---:|---|", flush=True)
-    saved_search = (store.ann_nprobes, store.ann_refine_factor, store.ann_ef)
+    saved_search = store.ann
     for size in sorted(args.sizes):
         t0 = time.monotonic()
         while have < size:
@@ -267,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         np_p50 = percentiles(np_times)[0]
         for entry in report:
             _row(size, *entry, np_p50, rows)
-        nprobes = args.nprobes or [store.ann_nprobes]
-        refines = args.refine if args.refine is not None else [store.ann_refine_factor]
-        efs = args.ef if args.ef is not None else [store.ann_ef]
+        nprobes = args.nprobes or [store.ann.nprobes]
+        refines = args.refine if args.refine is not None else [store.ann.refine_factor]
+        efs = args.ef if args.ef is not None else [store.ann.ef]
         for kind in args.index_types:
             for parts in args.partitions:
                 t1 = time.monotonic()
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                         stamp_path.write_text(json.dumps({**stamp, "ann": [kind, parts]}))
                     old = {}
                 for probes, refine, ef in itertools.product(nprobes, refines, efs):
-                    store.ann_nprobes, store.ann_refine_factor, store.ann_ef = probes, refine, ef
+                    store.ann = dataclasses.replace(store.ann, nprobes=probes, refine_factor=refine, ef=ef)
                     v_times, v_res = time_store(store, queries, qvecs, "vector")
                     h_times, _ = time_store(store, queries, qvecs, "hybrid")
                     name = f"lancedb {kind} p={parts or 'default'} nprobes={probes} refine={refine} ef={ef}"
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                     report.append((name, built, v_times, h_times, recall10(v_res, truth), deep))
                     _row(size, *report[-1], np_p50, rows)
                     built = None
-        store.ann_nprobes, store.ann_refine_factor, store.ann_ef = saved_search
+        store.ann = saved_search
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

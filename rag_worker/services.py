@@ -54,17 +54,7 @@ class Services:
     def store(self) -> Store:
         from .store import Store
 
-        s = self.settings
-        return Store(
-            s.lancedb_dir,
-            self.embedder,
-            ann_min_rows=s.ann_min_rows,
-            ann_nprobes=s.ann_nprobes,
-            ann_refine_factor=s.ann_refine_factor,
-            ann_ef=s.ann_ef,
-            index_cache_mb=s.lancedb_index_cache_mb,
-            metadata_cache_mb=s.lancedb_metadata_cache_mb,
-        )
+        return Store.from_settings(self.settings, self.embedder)
 
     @cached_property
     def llm(self) -> LLMRouter:

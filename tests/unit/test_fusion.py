@@ -8,8 +8,8 @@ from pydantic import ValidationError
 
 from rag_worker.errors import BadRequest
 from rag_worker.settings import Settings
-from rag_worker.store import FUSIONS, fuse
-from tests.unit.test_store import filled, store  # noqa: F401  (fixtures: a real LanceDB table)
+from rag_worker.store import FUSIONS, Store, fuse
+from tests.unit.test_store import CORPUS, filled, rows_for, store  # noqa: F401  (fixtures: a real LanceDB table)
 
 
 def row(cid: str, **scores) -> tuple[str, dict]:
@@ -164,3 +164,38 @@ def test_bad_fusion_settings_are_refused_at_startup(monkeypatch, env):
         monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError):
         Settings()
+
+
+def test_a_search_or_fusion_naming_no_parameters_fuses_as_the_settings_say(filled):  # noqa: F811
+    """One source of the search defaults: a search and `fuse` that name no fusion fuse with the settings'
+    FUSION, RRF_K and FUSION_ALPHA, exactly as the chat stage's search, which names them."""
+    s = Settings.model_construct()  # the settings' defaults
+    for query in ("vacation days", "contract liability"):
+        plain = filled.search("default", query, mode="hybrid", limit=10)
+        chosen = filled.search(
+            "default",
+            query,
+            mode="hybrid",
+            limit=10,
+            fusion=s.fusion,
+            rrf_k=s.rrf_k,
+            fusion_alpha=s.fusion_alpha,
+        )
+        assert [h.to_dict() for h in plain] == [h.to_dict() for h in chosen]
+    want = fuse(VEC, FTS, limit=10, fusion=s.fusion, rrf_k=s.rrf_k, alpha=s.fusion_alpha)
+    assert [h.to_dict() for h in fuse(VEC, FTS, limit=10)] == [h.to_dict() for h in want]
+
+
+def test_the_worker_store_searches_with_the_fusion_its_settings_choose(tmp_path, embedder):
+    """The store the worker builds from its settings fuses as they say (here plain RRF, k 60) wherever a caller
+    names no fusion: the triage probe, the benches."""
+    settings = Settings(INDEX_STORE=str(tmp_path), FUSION="rrf", RRF_K="60", FUSION_ALPHA="0.5")
+    worker_store = Store.from_settings(settings, embedder)
+    for (dataset, filename), chunks in CORPUS.items():
+        worker_store.add_chunks("default", rows_for(dataset, filename, chunks, embedder=embedder))
+    hits = worker_store.search("default", "vacation days", mode="hybrid", limit=10)
+    assert hits
+    for h in hits:
+        assert h.score == pytest.approx(
+            sum(1 / (60 + r) for r in (h.vector_rank, h.fts_rank) if r is not None)
+        )

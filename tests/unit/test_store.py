@@ -107,7 +107,7 @@ def test_each_mode_finds_the_right_chunk(filled, mode):
 
 
 def test_hybrid_fuses_both_legs_by_reciprocal_rank(filled):
-    hits = filled.search("default", "vacation days", mode="hybrid", limit=10, rrf_k=60)
+    hits = filled.search("default", "vacation days", mode="hybrid", limit=10, fusion="rrf", rrf_k=60)
     for h in hits:
         expected = sum(1 / (60 + r) for r in (h.vector_rank, h.fts_rank) if r is not None)
         assert h.score == pytest.approx(expected)
@@ -389,7 +389,7 @@ def test_hybrid_hits_carry_their_own_rows_when_a_compaction_lands_mid_search(fil
     each chunk's own text and place, never another row's, and never fail. The read runs on the version the legs
     searched, whose files stay an hour; when they are gone already (another process cleaned up at once), the
     search runs again, on whole rows of the newest version."""
-    legs = filled._run_legs
+    legs = filled.legs
     slim_calls = []
 
     def legs_then_another_write(*args, **kwargs):
@@ -399,10 +399,10 @@ def test_hybrid_hits_carry_their_own_rows_when_a_compaction_lands_mid_search(fil
             extra = ["Pods are restarted by the scheduler when their health check fails."]
             filled.add_chunks("default", rows_for("eng", "pods.md", extra, embedder=filled.embedder))
             if cleanup:
-                filled._require("default").optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+                filled.table("default").optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
         return out
 
-    monkeypatch.setattr(filled, "_run_legs", legs_then_another_write)
+    monkeypatch.setattr(filled, "legs", legs_then_another_write)
     hits = filled.search("default", "how many vacation days do employees get", mode="hybrid", limit=5)
     assert hits[0].text == CORPUS[("hr", "leave.md")][0]
     for h in hits:
@@ -419,8 +419,8 @@ def test_hybrid_hits_are_the_same_as_whole_row_legs_give(filled):
     for query in ("how many vacation days do employees get", "contract liability", "blue-green rollback"):
         got = filled.search("default", query, mode="hybrid", limit=4, fusion="zscore")
         qvec = filled.embedder.embed_query(query)
-        tables = [("default", filled._require("default"))]
-        vec_rows, fts_rows = filled._run_legs(filled._snapshots(tables), qvec, query, None, 100)
+        snapshots = filled.snapshots(filled.open_tables(["default"]))
+        vec_rows, fts_rows = filled.legs(snapshots, qvec, query, None, 100)
         want = fuse(vec_rows, fts_rows, qvec, limit=4, fusion="zscore", rrf_k=10, alpha=0.5)
         assert [h.to_dict() for h in got] == [h.to_dict() for h in want]
         for g, w in zip(got, want, strict=True):
@@ -443,10 +443,11 @@ def test_tied_chunks_rank_by_row_and_the_same_ones_make_the_cut(store, mode):
     )
     query = "quarterly audit ledger"
     runs = [
-        [h.id for h in store.search("default", query, mode=mode, limit=limit, rrf_k=60)] for _ in range(5)
+        [h.id for h in store.search("default", query, mode=mode, limit=limit, fusion="rrf", rrf_k=60)]
+        for _ in range(5)
     ]
     assert all(r == runs[0] for r in runs)
-    rows = store._require("default").search().select(["id", "text"]).with_row_id(True).to_arrow().to_pylist()
+    rows = store.table("default").search().select(["id", "text"]).with_row_id(True).to_arrow().to_pylist()
     tied = [r["id"] for r in sorted(rows, key=lambda r: r["_rowid"]) if r["text"] == text]
     assert len(tied) == limit + LEG_TIE_SLACK and runs[0] == tied[:limit]
 
@@ -596,10 +597,10 @@ def stored(hit: Hit) -> dict:
 
 def column_hits(store: Store, index: str) -> dict[str, dict]:
     """Every chunk as its own columns give it (all that a table made before the packed column holds)."""
-    from rag_worker.store import _HIT_COLUMNS, _hit
+    from rag_worker.store import HIT_COLUMNS, scan, to_hit
 
-    table = store._require(index)
-    return {row["id"]: stored(_hit(index, row)) for row in store._scan(table, None, _HIT_COLUMNS)}
+    table = store.table(index)
+    return {row["id"]: stored(to_hit(index, row)) for row in scan(table, None, HIT_COLUMNS)}
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "vector", "fts"])
@@ -612,7 +613,7 @@ def test_hits_read_from_the_packed_column_carry_what_the_columns_hold(store, emb
     store.replace_document("default", dataset="hr", filename="büro plan.md", rows=rows)
     for (dataset, filename), chunks in CORPUS.items():
         store.add_chunks("default", rows_for(dataset, filename, chunks, embedder=embedder))
-    assert PACKED in store._require("default").schema.names
+    assert PACKED in store.table("default").schema.names
     want = column_hits(store, "default")
     for query in (*QUERIES, "visitors reception desk"):
         hits = store.search("default", query, mode=mode, limit=5)
@@ -635,10 +636,10 @@ def test_a_table_made_before_the_packed_column_is_searched_written_and_rebuilt(t
         old.add_chunks("default", rows_for(dataset, filename, chunks, embedder=embedder))
     modes = ("hybrid", "vector", "fts")
     expected = {m: [h.to_dict() for h in old.search("default", QUERIES[0], mode=m, limit=4)] for m in modes}
-    old._require("default").drop_columns([PACKED])
+    old.table("default").drop_columns([PACKED])
 
     store = Store(root, embedder)  # a new worker opening the old table
-    assert PACKED not in store._require("default").schema.names
+    assert PACKED not in store.table("default").schema.names
     for mode, want in expected.items():
         assert [h.to_dict() for h in store.search("default", QUERIES[0], mode=mode, limit=4)] == want
 
@@ -652,14 +653,14 @@ def test_a_table_made_before_the_packed_column_is_searched_written_and_rebuilt(t
     store.add_chunks(
         "default", rows_for("hr", "bikes.md", ["Bicycles go in the basement rack."], embedder=embedder)
     )
-    assert PACKED not in store._require("default").schema.names
+    assert PACKED not in store.table("default").schema.names
     top = store.search("default", "who assigns parking spaces", limit=1)[0]
     assert (top.filename, top.dataset, top.text) == ("parking.md", "hr", parking[0])
 
     staged = "default.0123456789ab"
     keys = [(d["dataset"], d["filename"]) for d in store.list_documents("default")]
     store.write_rows(staged, store.scan_documents("default", keys), keys)
-    assert PACKED in store._require(staged).schema.names
+    assert PACKED in store.table(staged).schema.names
     want = {k: {**v, "index": staged} for k, v in column_hits(store, "default").items()}
     assert column_hits(store, staged) == want
     for mode in modes:
@@ -671,9 +672,9 @@ def packed_ids(store: Store, index: str) -> dict[str, str | None]:
     """id column -> the id the packed column holds (None where it holds none), for every row."""
     import json
 
-    from rag_worker.store import PACKED
+    from rag_worker.store import PACKED, scan
 
-    rows = store._scan(store._require(index), None, ["id", PACKED])
+    rows = scan(store.table(index), None, ["id", PACKED])
     return {row["id"]: json.loads(row[PACKED]).get("id") for row in rows}
 
 
@@ -685,17 +686,18 @@ def test_a_table_whose_packed_column_lacks_the_id_is_searched_written_and_rebuil
     carried rows' included."""
     import json
 
-    from rag_worker import store as store_module
     from rag_worker.store import PACKED_ID
+    from rag_worker.store import rows as store_rows
+    from rag_worker.store.catalog import Catalog
 
     root = tmp_path / "lancedb"
-    pack, marker = store_module._pack, Store.own_marker.fget
+    pack, marker = store_rows.pack, Catalog.own_marker.fget
     with monkeypatch.context() as m:  # the older worker
         m.setattr(
-            store_module, "_pack", lambda id, *rest: pack(id, *rest).replace(f'"id": {json.dumps(id)}, ', "")
+            store_rows, "pack", lambda id, *rest: pack(id, *rest).replace(f'"id": {json.dumps(id)}, ', "")
         )
         m.setattr(
-            Store,
+            Catalog,
             "own_marker",
             property(lambda self: {k: v for k, v in marker(self).items() if k != PACKED_ID}),
         )
@@ -729,3 +731,47 @@ def test_a_table_whose_packed_column_lacks_the_id_is_searched_written_and_rebuil
     for mode in ("hybrid", "vector", "fts"):
         hits = store.search(staged, QUERIES[0], mode=mode, limit=4)
         assert hits and [stored(h) for h in hits] == [want[h.id] for h in hits]
+
+
+def test_a_filter_refuses_an_unchecked_value_also_under_python_O():
+    """A name that skipped check_name never goes into a filter: it is refused with an error saying so, also when
+    the worker runs under `python -O`, which strips asserts (the quoted value would end the filter's string)."""
+    import subprocess
+    import sys
+
+    code = "from rag_worker.store.filters import in_clause; print(in_clause('dataset', ['hr', \"x') OR 1=1 --\"]))"
+    run = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "OR 1=1" not in run.stdout
+    assert "only checked names go into a filter" in run.stderr
+
+
+def test_a_fragment_commit_rides_out_lost_races_as_every_other_commit(filled, monkeypatch):
+    """The Ray engine's fragment appends lose commit races to other writers as any commit does; they are retried
+    under the store's one policy (as many attempts, the same growing pauses) rather than given up on sooner."""
+    import lance
+    from lance.commit import CommitConflictError
+    from lance.fragment import LanceFragment
+
+    from rag_worker.store import writes
+
+    text = "Pods are restarted by the scheduler when their health check fails."
+    rows = rows_for("eng", "pods.md", [text], embedder=filled.embedder)
+    fragment = LanceFragment.create(filled.table_uri("default"), filled.prepare_rows("default", rows))
+    commit = lance.LanceDataset.commit
+    lost = []
+
+    def loses_to_other_writers(*args, **kwargs):
+        if len(lost) < writes.COMMIT_ATTEMPTS - 1:
+            lost.append(args)
+            raise CommitConflictError(
+                "Retryable commit conflict for version 7: preempted by a concurrent Append"
+            )
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(loses_to_other_writers))
+    monkeypatch.setattr(writes, "COMMIT_BACKOFF_S", 0.001)  # the same doubling pauses, shorter
+    filled.commit_fragments("default", [fragment])
+    assert len(lost) == writes.COMMIT_ATTEMPTS - 1
+    assert texts(filled.search("default", "scheduler restarts pods health check", mode="fts", limit=1)) == [
+        text
+    ]

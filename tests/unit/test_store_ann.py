@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
 import pytest
 
-from rag_worker.store import Store, fuse
+from rag_worker.settings import Settings
+from rag_worker.store import AnnParams, Store, fuse
+
+
+def ann_params(**changes) -> AnnParams:
+    """The settings' default ANN parameters, but `changes`."""
+    return dataclasses.replace(AnnParams.from_settings(Settings.model_construct()), **changes)
 
 
 def rows(start: int, count: int, dim: int, rng: np.random.Generator) -> list[dict]:
@@ -31,7 +38,7 @@ def rows(start: int, count: int, dim: int, rng: np.random.Generator) -> list[dic
 
 def test_ann_index_appears_past_the_threshold_and_finds_rows_written_before_and_after(tmp_path, embedder):
     rng = np.random.default_rng(7)
-    store = Store(tmp_path / "db", embedder, ann_min_rows=600)
+    store = Store(tmp_path / "db", embedder, ann_params=ann_params(min_rows=600))
     first = rows(0, 400, embedder.dim, rng)
     store.add_chunks("big", first)
     assert not store.has_ann("big")  # below the threshold: exact search only
@@ -52,7 +59,7 @@ def test_ann_index_appears_past_the_threshold_and_finds_rows_written_before_and_
 
 def test_no_ann_index_when_disabled(tmp_path, embedder):
     rng = np.random.default_rng(8)
-    store = Store(tmp_path / "db", embedder, ann_min_rows=0)
+    store = Store(tmp_path / "db", embedder, ann_params=ann_params(min_rows=0))
     store.add_chunks("big", rows(0, 700, embedder.dim, rng))
     assert not store.has_ann("big")
 
@@ -63,17 +70,16 @@ def test_hybrid_hits_over_an_ann_index_are_those_whole_row_legs_give(tmp_path, e
     leaves them to the read of the fused top (no refine). Either way every hit carries every field, and its own
     stored vector, as fusing legs that read whole rows gives them."""
     rng = np.random.default_rng(9)
-    store = Store(tmp_path / "db", embedder, ann_min_rows=600, ann_refine_factor=refine)
+    store = Store(tmp_path / "db", embedder, ann_params=ann_params(min_rows=600, refine_factor=refine))
     written = rows(0, 700, embedder.dim, rng)
     store.add_chunks("big", written)
     assert store.has_ann("big")
     stored = {r["filename"]: r["vector"] for r in written}
-    tables = [("big", store._require("big"))]
     for n in (42, 99, 650):
         query = str(n)  # one text has the word: the other hits come from the vector leg alone
         qvec = written[n]["vector"] + 0.5 * written[n + 1]["vector"]
         got = store.search("big", query, vector=qvec, limit=8, fusion="robust")
-        vec_rows, fts_rows = store._run_legs(store._snapshots(tables), qvec, query, None, 100)
+        vec_rows, fts_rows = store.legs(store.snapshots(store.open_tables(["big"])), qvec, query, None, 100)
         want = fuse(vec_rows, fts_rows, qvec, limit=8, fusion="robust", rrf_k=10, alpha=0.5)
         assert got[0].filename == f"doc{n}.txt"
         # Hits only the vector leg found, whose vectors it may not bring:

@@ -169,7 +169,7 @@ def _index(tmp: Path, folder: Path, index: str, *args: str, address: str | None 
 
 
 def _chunks(reader: StoreReader, index: str) -> dict[tuple[str, str, str], list[tuple[int, str, dict]]]:
-    table = reader.store._require(index)
+    table = reader.store.table(index)
     rows = table.search().select(["dataset", "filename", "document_id", "chunk_index", "text", "metadata"])
     out: dict[tuple[str, str, str], list] = {}
     for r in rows.limit(None).to_list():
@@ -322,7 +322,7 @@ def test_a_ray_rebuild_swaps_in_a_new_table_and_keeps_documents_not_in_the_folde
     assert rebuilt.returncode in (0, 1), rebuilt.stderr[-3000:]
     assert "1 kept from before" in rebuilt.stdout, rebuilt.stdout
     reader = StoreReader(tmp)
-    serving = reader.store._physical("viaRay")
+    serving = reader.store.serving_table("viaRay")
     assert serving.startswith("viaRay.")  # a new table, named by the index's alias
     assert reader.store.staged_tables("viaRay") == []
     after = _chunks(reader, "viaRay")

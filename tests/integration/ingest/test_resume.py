@@ -94,7 +94,7 @@ def found_by_full_text(env, names: list[str]) -> set[str]:
 
 def unindexed_rows(env) -> int:
     """Rows the full-text index does not cover yet (searched exhaustively until it does)."""
-    table = open_store(env)._require("resume")
+    table = open_store(env).table("resume")
     fts = next(i for i in table.list_indices() if i.index_type == "FTS")
     return table.index_stats(fts.name).num_unindexed_rows
 

@@ -1,0 +1,296 @@
+"""Everything that reads an index: hybrid, vector and full-text search, neighbouring chunks, listings.
+
+A search takes one snapshot of each table (`snapshots`), runs its legs on them (`legs`), fuses the legs' rows
+(`fusion.fuse`) and, in hybrid mode, reads the fused top's columns by row id from the same snapshots. The benches
+call `open_tables`, `snapshots` and `legs` themselves to replay a search's legs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import ApiError, BadRequest
+from ..names import NAME_RE, check_filename, check_name, check_table
+from ..runtime import offload
+from ..settings import Settings
+from . import ann, search
+from .catalog import Catalog
+from .filters import doc_filter, doc_key, has_words, in_clause
+from .fusion import FUSIONS, FusionParams, fuse
+from .rows import HIT_COLUMNS, Hit, arrow_rows, scan, scan_arrow, to_hit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lancedb.table import LanceTable
+
+    from ..embeddings import Embedder
+
+
+class Reader:
+    """The reading half of the Store (`store.Store` adds the writes): one root of LanceDB tables, one embedder,
+    the search parameters (fusion, ANN) the settings give."""
+
+    def __init__(
+        self,
+        root: Path,
+        embedder: Embedder,
+        *,
+        fusion: FusionParams | None = None,
+        ann_params: ann.AnnParams | None = None,
+        index_cache_mb: int | None = None,
+        metadata_cache_mb: int | None = None,
+    ):
+        defaults = Settings.model_construct()  # the settings' defaults, no environment read
+        self.catalog = Catalog(
+            root,
+            embedder,
+            index_cache_mb=defaults.lancedb_index_cache_mb if index_cache_mb is None else index_cache_mb,
+            metadata_cache_mb=(
+                defaults.lancedb_metadata_cache_mb if metadata_cache_mb is None else metadata_cache_mb
+            ),
+        )
+        self.root = self.catalog.root
+        self.embedder = embedder
+        # How hybrid mode fuses (a search's own arguments override it), when a table gets its ANN index and how
+        # the vector leg searches it: the settings' values, their defaults when none are given.
+        self.fusion = fusion or FusionParams.defaults()
+        self.ann = ann_params or ann.AnnParams.from_settings(defaults)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, embedder: Embedder):
+        """The store the worker runs with: folder, fusion, ANN parameters and cache sizes from `settings`."""
+        return cls(
+            settings.lancedb_dir,
+            embedder,
+            fusion=FusionParams.from_settings(settings),
+            ann_params=ann.AnnParams.from_settings(settings),
+            index_cache_mb=settings.lancedb_index_cache_mb,
+            metadata_cache_mb=settings.lancedb_metadata_cache_mb,
+        )
+
+    # -- identity and tables --------------------------------------------------------------------------------
+
+    @property
+    def own_marker(self) -> dict:
+        """What this store's embedder writes into a table it creates: {"embedding_model", "dim", ...}."""
+        return self.catalog.own_marker
+
+    def exists(self, index: str) -> bool:
+        return self.catalog.exists(index)
+
+    def indexes(self) -> list[str]:
+        return self.catalog.indexes()
+
+    def marker(self, index: str) -> dict | None:
+        """What the table was built with: {"embedding_model", "dim", ...}; None when the table carries none."""
+        return offload(self.catalog.read_marker, self.table(index))
+
+    def check_compatible(self, index: str) -> None:
+        table = self.table(index)
+        self.catalog.check_marker(index, self.catalog.marker_of(table))
+
+    def table(self, index: str) -> LanceTable:
+        """The LanceDB table serving `index` (after a rebuild, the one its alias names); NotFound when none."""
+        return self.catalog.table(index)
+
+    def serving_table(self, index: str) -> str:
+        """The name of the table serving `index`: `index` itself, or `<index>.<hex>` after a rebuild."""
+        return self.catalog.serving_table(index)
+
+    def has_ann(self, index: str) -> bool:
+        return offload(ann.has_ann, self.table(index))
+
+    # -- search ---------------------------------------------------------------------------------------------
+
+    def search(
+        self,
+        indexes: list[str] | str,
+        query: str,
+        *,
+        mode: str = "hybrid",
+        datasets: list[str] | None = None,
+        limit: int = 30,
+        vector: np.ndarray | None = None,
+        rrf_k: int | None = None,
+        fusion: str | None = None,
+        fusion_alpha: float | None = None,
+    ) -> list[Hit]:
+        """The best `limit` chunks of `indexes` for `query` (embedded unless `vector` is given), best first.
+        `fusion`, `rrf_k` and `fusion_alpha` (hybrid mode) default to this store's (`self.fusion`)."""
+        if mode not in search.MODES:
+            raise BadRequest(f"mode must be one of {', '.join(search.MODES)}", code="bad_mode", field="mode")
+        params = self.fusion.but(fusion=fusion, rrf_k=rrf_k, alpha=fusion_alpha)
+        if params.fusion not in FUSIONS:
+            raise BadRequest(f"fusion must be one of {', '.join(FUSIONS)}", code="bad_fusion", field="fusion")
+        names = [indexes] if isinstance(indexes, str) else list(dict.fromkeys(indexes or []))
+        if not names:
+            raise BadRequest("at least one index is required", code="bad_name", field="index")
+        names = [check_table(n) for n in names]
+        filters = [check_name(d, "datasets") for d in dict.fromkeys(datasets or [])]
+        if not isinstance(limit, int) or limit < 1:
+            raise BadRequest("limit must be a positive integer", field="limit")
+        limit = min(limit, search.MAX_LIMIT)
+        tables = self.open_tables(names)
+        query = query if isinstance(query, str) else ""
+        qvec = self._query_vector(query, vector) if mode in ("hybrid", "vector") else None
+        # A query of only punctuation or nothing at all has no terms: an empty FTS leg, not an error.
+        fts_text = query if mode in ("hybrid", "fts") and has_words(query) else None
+        where = in_clause("dataset", filters) if filters else None
+        leg_limit = max(limit, search.HYBRID_LEG_MIN) if mode == "hybrid" else limit
+        fusion_args = {"limit": limit, "fusion": params.fusion, "rrf_k": params.rrf_k, "alpha": params.alpha}
+        try:
+            return self._search_tables(tables, qvec, fts_text, where, leg_limit, fusion_args)
+        except ApiError:
+            raise
+        except Exception:
+            # A rebuild may have swapped a table (and dropped the old one) under this search: once more on the
+            # tables that serve the indexes now; the same failure on the same tables is a real one.
+            fresh = self.open_tables(names)
+            if all(a is b for (_, a), (_, b) in zip(tables, fresh, strict=True)):
+                raise
+            return self._search_tables(fresh, qvec, fts_text, where, leg_limit, fusion_args)
+
+    def _query_vector(self, query: str, vector: np.ndarray | None) -> np.ndarray:
+        qvec = self.embedder.embed_query(query) if vector is None else np.asarray(vector, dtype=np.float32)
+        if qvec.shape != (self.embedder.dim,) or not np.all(np.isfinite(qvec)):
+            raise BadRequest(f"the query vector must have {self.embedder.dim} finite values", field="vector")
+        return qvec
+
+    def open_tables(self, indexes: Sequence[str]) -> list[tuple[str, LanceTable]]:
+        """(index, the table serving it) for each index, its marker checked against this store's embedder."""
+        tables = [(name, self.table(name)) for name in indexes]
+        for name, table in tables:
+            self.catalog.check_marker(name, self.catalog.marker_of(table))
+        return tables
+
+    def snapshots(self, tables: list[tuple[str, LanceTable]]) -> list[search.Snapshot]:
+        """A snapshot of each of `open_tables`' tables, at its newest version: a search's legs and the read of its
+        hits all run on these."""
+        datasets = offload(lambda: [self.catalog.reader(table) for _, table in tables])
+        return [
+            search.Snapshot(name, dataset, self.catalog.hit_columns(table))
+            for (name, table), dataset in zip(tables, datasets, strict=True)
+        ]
+
+    def legs(
+        self,
+        snapshots: list[search.Snapshot],
+        qvec: np.ndarray | None,
+        fts_text: str | None,
+        where: str | None,
+        leg_limit: int,
+        *,
+        slim: bool = False,
+    ) -> tuple[search.Rows, search.Rows]:
+        """A search's two legs on `snapshots` (`search.run_legs`, with this store's ANN parameters): (vector
+        rows, FTS rows), each (index, row) best first, at most `leg_limit` deep; `qvec` None or `fts_text` None
+        leaves that leg empty (`filters.has_words` says whether a query has terms). Rows are whole (hit columns,
+        vector, `_distance` / `_score`, `_rowid`) unless `slim`; `fusion.fuse` takes them as they are."""
+        return search.run_legs(snapshots, qvec, fts_text, where, leg_limit, self.ann, slim=slim)
+
+    def _search_tables(
+        self,
+        tables: list[tuple[str, LanceTable]],
+        qvec: np.ndarray | None,
+        fts_text: str | None,
+        where: str | None,
+        leg_limit: int,
+        fusion_args: dict,
+    ) -> list[Hit]:
+        snapshots = self.snapshots(tables)
+        if qvec is not None and fts_text is not None and leg_limit > fusion_args["limit"]:
+            # Late materialisation: both legs return row ids, scores and vectors (the FTS leg's for the fusions'
+            # cosine, the vector leg's because its exact re-scoring has read them already), and the hit columns,
+            # the id among them, are read for the fused top `limit` alone. Reading a column costs per row fetched
+            # at 1M chunks (docs/benchmarks.md, "Fourth round", "Sixth round" and "Ninth round"), and the legs
+            # fetch 100 each.
+            vec_rows, fts_rows = self.legs(snapshots, qvec, fts_text, where, leg_limit, slim=True)
+            hits = fuse(vec_rows, fts_rows, qvec, **fusion_args)
+            if search.materialise(snapshots, hits):
+                return hits
+            # The version's files went away between the legs and the read of their columns (cleaned up by another
+            # process's compaction): whole rows from the newest version, once more.
+            snapshots = self.snapshots(tables)
+        vec_rows, fts_rows = self.legs(snapshots, qvec, fts_text, where, leg_limit)
+        return fuse(vec_rows, fts_rows, qvec, **fusion_args)
+
+    # -- other reads ----------------------------------------------------------------------------------------
+
+    def neighbours(
+        self, index: str, document_id: str, dataset: str, filename: str, chunk_indexes: list[int]
+    ) -> list[Hit]:
+        """Chunks of one document with the given chunk indexes, in document order (for context expansion)."""
+        check_name(dataset, "dataset")
+        filename = check_filename(filename)
+        wanted = sorted({int(i) for i in chunk_indexes if int(i) >= 0})
+        table = self.table(index)
+        if not wanted:
+            return []
+        where = (
+            f"{doc_filter(dataset, filename, document_id)} AND chunk_index IN ({', '.join(map(str, wanted))})"
+        )
+        rows = offload(scan, table, where, HIT_COLUMNS)
+        hits = [to_hit(index, row) for row in rows]
+        return sorted(hits, key=lambda h: h.chunk_index)
+
+    def neighbours_of(
+        self, index: str, wanted: dict[tuple[str, str, str], list[int]]
+    ) -> dict[tuple[str, str, str], list[Hit]]:
+        """`neighbours` for several documents of one index in one scan: {(document_id, dataset, filename): chunk
+        indexes} -> {same key: hits in document order}."""
+        clauses, keys = [], {}
+        for key, chunk_indexes in wanted.items():
+            document_id, dataset, filename = key
+            check_name(dataset, "dataset")
+            filename = check_filename(filename)
+            indexes = sorted({int(i) for i in chunk_indexes if int(i) >= 0})
+            if indexes:
+                keys[(document_id, doc_key(dataset, filename))] = key
+                clauses.append(
+                    f"({doc_filter(dataset, filename, document_id)} AND chunk_index IN "
+                    f"({', '.join(map(str, indexes))}))"
+                )
+        table = self.table(index)
+        out: dict[tuple[str, str, str], list[Hit]] = {k: [] for k in keys.values()}
+        if not clauses:
+            return out
+        for row in offload(scan, table, " OR ".join(clauses), [*HIT_COLUMNS, "doc_key"]):
+            key = keys.get((row["document_id"], row["doc_key"]))
+            if key is not None:
+                out[key].append(to_hit(index, row))
+        for hits in out.values():
+            hits.sort(key=lambda h: h.chunk_index)
+        return out
+
+    def vectors(self, index: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of the chunks with these ids (those that exist), so no caller re-embeds a chunk."""
+        wanted = [i for i in dict.fromkeys(ids) if isinstance(i, str) and NAME_RE.fullmatch(i)]
+        table = self.catalog.open(index)
+        if not wanted or table is None:
+            return {}
+        data = offload(scan_arrow, table, in_clause("id", wanted), ["id", "vector"])
+        return {row["id"]: np.asarray(row["vector"], dtype=np.float32) for row in arrow_rows(data)}
+
+    def list_documents(self, index: str) -> list[dict]:
+        return self._read(index, search.list_documents)
+
+    def list_datasets(self, index: str) -> list[str]:
+        rows = self._read(index, lambda table: scan_arrow(table, None, ["dataset"]))
+        return sorted(set(rows.column("dataset").to_pylist()))
+
+    def count(self, index: str) -> int:
+        return self._read(index, lambda table: table.count_rows())
+
+    def _read(self, index: str, fn):
+        """fn(table) off the loop; once more on the new table when a rebuild swapped it in meanwhile."""
+        table = self.table(index)
+        try:
+            return offload(fn, table)
+        except Exception:
+            fresh = self.table(index)
+            if fresh is table:
+                raise
+            return offload(fn, fresh)
