@@ -57,6 +57,7 @@ def index_folder(
     Raises EmbedderMismatch before touching anything when the index was built with another embedding model and
     no rebuild is asked; Conflict (409 `busy`) when the index is already being rebuilt.
     """
+    folder = Path(folder)
 
     def index_into(target: str) -> Generator[Progress, None, Run]:
         return index_files(services, target, folder, LocalEngine(services, target))
@@ -324,11 +325,4 @@ def index_and_prune(
                 doc["filename"], messages
             ):
                 removed += delete_document(services, index, doc["dataset"], doc["filename"])
-    yield BatchDone(
-        documents=run.documents,
-        chunks=run.chunks,
-        seconds=round(time.monotonic() - started, 3),
-        unchanged=run.unchanged,
-        failed=run.failed,
-        removed=removed,
-    )
+    yield run.done(started, removed=removed)

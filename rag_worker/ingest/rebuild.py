@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,15 +64,7 @@ def rebuild_and_swap(
                 overviews.drop_overviews(services.settings, staged)
             except Exception:  # the next rebuild drops it
                 log.exception("dropping the unfinished rebuild table %s failed", staged)
-    yield BatchDone(
-        documents=run.documents,
-        chunks=run.chunks,
-        seconds=round(time.monotonic() - started, 3),
-        unchanged=run.unchanged,
-        failed=run.failed,
-        removed=removed + more_removed,
-        kept=len(kept | more_kept),
-    )
+    yield run.done(started, removed=removed + more_removed, kept=len(kept | more_kept))
 
 
 def _settle(

@@ -3,6 +3,7 @@ counters of a folder run."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -145,6 +146,18 @@ class Run:
         self.unchanged += int(result.unchanged)
         stage = "unchanged" if result.unchanged else "indexed"
         return Progress(label, self.finished, self.total, stage, result.dataset)
+
+    def done(self, started: float, *, removed: int, kept: int = 0) -> BatchDone:
+        """The run's end: its counters, and the seconds since `started` (`time.monotonic`)."""
+        return BatchDone(
+            documents=self.documents,
+            chunks=self.chunks,
+            seconds=round(time.monotonic() - started, 3),
+            unchanged=self.unchanged,
+            failed=self.failed,
+            removed=removed,
+            kept=kept,
+        )
 
 
 # An engine's indexing step: index the folder into the named table, yielding Progress; returns the run's counters.
