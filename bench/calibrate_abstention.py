@@ -12,7 +12,7 @@ decides on the better of the two. Triage's signal is the top-1 vector probe it r
   `.cache/bench/retrieval/`); the thresholds are chosen on the queries whose relevant document is in the top 5,
   since refusing a query whose answer was never retrieved is not the threshold's fault.
 - Unanswerable: the same queries against an off-domain index (the docling and py-pdf fixtures, indexed by
-  `rag_worker.ingest.pipeline.index_folder` into `.cache/bench/calibration/`), and questions made from the
+  `rag_worker.ingest.folder.index_folder` into `.cache/bench/calibration/`), and questions made from the
   fixtures' ground-truth headings ("What is <heading>?") against the SciFact index. No answer is in the index.
 
 Chosen: ABSTAIN_BELOW = the highest threshold refusing at most 2% of answerable-with-retrieved-answer queries;
@@ -135,7 +135,8 @@ def turn_on(services, index: str):
 
 def ensure_offdomain(services, folders: list[Path]) -> dict:
     """Index the fixture folders into the throwaway store (unchanged files are skipped on a rerun)."""
-    from rag_worker.ingest.pipeline import BatchDone, index_folder
+    from rag_worker.ingest.folder import index_folder
+    from rag_worker.ingest.records import BatchDone
 
     failed: list[str] = []
     for folder in folders:

@@ -229,27 +229,20 @@ def convex_variant(fetched: dict, data, params: dict, bm25_of: dict | None, doc_
 
 def with_title_context() -> None:
     """Chunks embedded with their document's first line in front (see the module's docstring)."""
-    from rag_worker.ingest import pipeline
+    from rag_worker.ingest.chunk import Chunker
 
-    plain_parts = pipeline.parts
+    chunk = Chunker.chunk
 
-    def parts(services):
-        part = plain_parts(services)
-        chunk = part.chunker.chunk
+    def titled(self, doc):
+        chunks = chunk(self, doc)
+        first = next((t.text.strip() for t in doc.texts if t.text.strip()), "")
+        if first and "\n" not in first and len(first) <= 300:
+            for c in chunks:
+                if first not in c.embed_text:
+                    c.embed_text = f"{first}\n{c.embed_text}"
+        return chunks
 
-        def titled(doc):
-            chunks = chunk(doc)
-            first = next((t.text.strip() for t in doc.texts if t.text.strip()), "")
-            if first and "\n" not in first and len(first) <= 300:
-                for c in chunks:
-                    if first not in c.embed_text:
-                        c.embed_text = f"{first}\n{c.embed_text}"
-            return chunks
-
-        part.chunker.chunk = titled
-        return part
-
-    pipeline.parts = parts
+    Chunker.chunk = titled
 
 
 def configs() -> list[tuple[str, dict]]:

@@ -116,7 +116,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from rag_worker.ingest.cli import ingest_settings
-    from rag_worker.ingest.pipeline import BatchDone, Progress, index_folder
+    from rag_worker.ingest.folder import index_folder
+    from rag_worker.ingest.records import BatchDone, Progress
     from rag_worker.services import Services
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -51,7 +51,8 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from rag_worker.ingest.pipeline import BatchDone, index_folder, parts
+    from rag_worker.ingest.folder import index_folder
+    from rag_worker.ingest.records import BatchDone
     from rag_worker.services import Services
     from rag_worker.settings import Settings
 
@@ -68,14 +69,15 @@ def main() -> None:
         )
         services = Services(settings)
         embedder = services.embedder
-        part = parts(services)  # model load and Docling import are not part of either measurement
+        # Model load and Docling import are not part of either measurement.
+        converter, chunker = services.converter, services.chunker
         services.store  # noqa: B018 - nor LanceDB's import
         embedder.embed_documents(["warm up the forward pass"])
 
         # The exact texts the pipeline embeds: each file converted and chunked as it does (cheap).
         texts: list[str] = []
         for path in sorted(folder.iterdir()):
-            texts += [c.embed_text for c in part.chunker.chunk(part.converter.convert(path).document)]
+            texts += [c.embed_text for c in chunker.chunk(converter.convert(path).document)]
         tokens = sum(embedder.count_tokens(t) for t in texts)
 
         def forward() -> float:
@@ -101,7 +103,7 @@ def main() -> None:
         f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"embedder {embedder.model_id} (batch {embedder.batch_size}, max_length {embedder.max_length})"
     )
-    print(f"documents {n}, chunks {done.chunks}, tokens {tokens} (chunk budget {part.chunker.max_tokens})")
+    print(f"documents {n}, chunks {done.chunks}, tokens {tokens} (chunk budget {chunker.max_tokens})")
     print(f"{'path':28s} {'seconds':>8s} {'chunks/s':>9s} {'tokens/s':>9s}")
     for label, secs in (("pipeline (index_folder)", pipeline_s), ("embedder forward only", raw_s)):
         print(f"{label:28s} {secs:8.1f} {done.chunks / secs:9.1f} {tokens / secs:9.0f}")

@@ -10,8 +10,8 @@ change that wins on one collection and loses on another shows at once. A folder 
 to `test` (a collection whose qrels hold only a test split).
 
 Each corpus document becomes a file `<_id>.txt` holding "title\\n\\nbody". The file is converted and chunked by
-the ingestion pipeline's own converter and chunker (`rag_worker.ingest.pipeline.parts`, the ones `ingest_file`
-uses), and the rows written are the ones `ingest_file` writes; only the embedding is batched across documents and
+the ingestion pipeline's own converter and chunker (`Services.converter` and `Services.chunker`, the ones
+`ingest_file` uses), and the rows written are the ones `ingest_file` writes; only the embedding is batched across documents and
 the writes grouped into large commits, because one commit per abstract would take hours here. The built index is
 cached under `.cache/bench/retrieval/`, keyed by dataset, slice, embedder and chunking settings, and chunk vectors
 are cached by text, so a rebuild after a change to the FTS config or the chunk budget embeds only new texts.
@@ -152,9 +152,9 @@ def index_key(data: beir.BeirDataset, limit_docs: int | None, settings, embedder
 
 def build_rows(services, data: beir.BeirDataset, cache: VectorCache) -> list[dict]:
     """Rows as `ingest_file` writes them, for every corpus document (conversion and chunking are the pipeline's)."""
-    from rag_worker.ingest.pipeline import document_title, file_sha256, parts
+    from rag_worker.ingest.document import document_title, file_sha256
 
-    part = parts(services)
+    converter, chunker = services.converter, services.chunker
     chunks_of: list[tuple[str, str, str, object, list]] = []
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="beir-") as tmp:
@@ -163,8 +163,8 @@ def build_rows(services, data: beir.BeirDataset, cache: VectorCache) -> list[dic
             path = Path(tmp) / filename
             body = "\n\n".join(p for p in (doc["title"].strip(), doc["text"].strip()) if p)
             path.write_text(body or doc_id, encoding="utf-8")
-            converted = part.converter.convert(path, filename)
-            chunks = part.chunker.chunk(converted.document)
+            converted = converter.convert(path, filename)
+            chunks = chunker.chunk(converted.document)
             chunks_of.append(
                 (filename, file_sha256(path), document_title(converted, filename), converted.kind, chunks)
             )

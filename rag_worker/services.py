@@ -15,6 +15,8 @@ from .settings import Settings
 
 if TYPE_CHECKING:  # pragma: no cover
     from .embeddings import Embedder
+    from .ingest.chunk import Chunker
+    from .ingest.isolated import IsolatedConverter
     from .llm import LLMRouter
     from .locks import FileLock
     from .pipeline.admission import TurnQueue
@@ -26,15 +28,19 @@ class Services:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._build_lock = threading.Lock()
+        self._ingest_lock = threading.Lock()  # ingestion's converter and chunker, each built once
+        self._converter: IsolatedConverter | None = None
+        self._chunker: Chunker | None = None
         # Write locks shared with every process on this INDEX_STORE (files under INDEX_STORE/locks).
         self.locks: Locks = Locks(settings.index_store / "locks")
 
     def close(self) -> None:
         """Stop the helper processes these services started (ingestion's conversion child), now rather than
         whenever the garbage collector gets to them: each holds a few hundred MB."""
-        from .ingest.pipeline import release_parts
-
-        release_parts(self)
+        with self._ingest_lock:
+            converter, self._converter = self._converter, None
+        if converter is not None:
+            converter.close()
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -49,6 +55,49 @@ class Services:
                 query_batching=self.settings.query_batching,
                 text_cache_size=self.settings.text_cache_size,
             )
+
+    @property
+    def converter(self) -> IsolatedConverter:
+        """Ingestion's converter: Docling in a child process with the settings' limits, started on first use
+        (its pipelines are then built once and reused)."""
+        with self._ingest_lock:
+            if self._converter is None:
+                from .ingest.isolated import IsolatedConverter
+                from .ingest.limits import Limits
+                from .ingest.ocr import ocr_options
+
+                s = self.settings
+                limits = Limits(
+                    max_unzipped_bytes=s.max_unzipped_bytes,
+                    max_zip_entries=s.max_zip_entries,
+                    max_spreadsheet_cells=s.max_spreadsheet_cells,
+                    office_timeout_s=s.office_timeout_s,
+                    office_memory_mb=s.office_memory_mb,
+                    max_pdf_pages=s.max_pdf_pages,
+                )
+                converter = IsolatedConverter(
+                    artifacts_path=s.docling_artifacts_path,
+                    limits=limits,
+                    memory_mb=s.convert_max_memory_mb,
+                    timeout_s=s.convert_timeout_s,
+                    ocr=ocr_options(s),
+                )
+                converter.prepare()
+                self._converter = converter
+            return self._converter
+
+    @property
+    def chunker(self) -> Chunker:
+        """Ingestion's chunker, on the embedder's tokenizer."""
+        with self._ingest_lock:
+            if self._chunker is None:
+                from .ingest.chunk import Chunker
+
+                embedder = self.embedder
+                # The budget leaves room for the [CLS]/[SEP] the embedder adds, so no chunk is ever truncated.
+                budget = max(16, min(self.settings.chunk_tokens, embedder.max_length - 2))
+                self._chunker = Chunker(embedder.tokenizer, budget)
+            return self._chunker
 
     @cached_property
     def store(self) -> Store:

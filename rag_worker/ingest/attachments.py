@@ -4,23 +4,18 @@ An attachment `budget.xlsx` of `memo.eml` becomes the document `memo.eml.budget.
 message, keeps its own type, and the name says where it came from); its chunks carry `attached_to: memo.eml`.
 Attachments of a type the worker does not read are only named in the message's text. An attachment that fails
 is reported and never fails its message. Attachments of attachments are not unpacked (one level, no recursion).
+
+This module holds the naming rules; preparing and writing an attachment is a document's work
+(`document.prepare_attachment`, `document.ingest_attachments`).
 """
 
 from __future__ import annotations
 
-import logging
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import ApiError
 from ..names import check_filename
 from .formats import is_supported
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..services import Services
-
-log = logging.getLogger(__name__)
 
 MAIL_SUFFIXES = (".eml", ".msg")
 
@@ -52,49 +47,3 @@ def attachments_to_index(prepared) -> list[tuple[str, bytes]]:
         seen.add(name)
         out.append((name, data))
     return out
-
-
-def prepare_attachment(services: Services, index: str, prepared, name: str, path: Path, keep_at=None):
-    """Convert and chunk one attachment (its bytes at `path`) as the document `name`, linked to its message:
-    a Prepared (or the IngestResult of a no-op when these bytes are already indexed under the name)."""
-    from . import pipeline
-
-    steps = pipeline.prepare_steps(services, index, prepared.dataset, path, name, keep_at=keep_at)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            result = stop.value
-            break
-    if isinstance(result, pipeline.Prepared):
-        result.metadata = {**result.metadata, "attached_to": prepared.filename}
-        result.attachments = []  # one level: attachments of attachments are not unpacked
-    return result
-
-
-def ingest_attachments(services: Services, index: str, prepared) -> list[dict]:
-    """Index each attachment of a written message; one {"filename", "chunks"} or {"filename", "error"} each."""
-    from . import pipeline
-
-    outcomes: list[dict] = []
-    for name, data in attachments_to_index(prepared):
-        keep_at = None
-        if prepared.keep_at is not None:
-            keep_at = pipeline.uploads_path(services, index, prepared.dataset, name)
-        with tempfile.TemporaryDirectory(prefix="rag-attachment-") as tmp:
-            path = Path(tmp) / "attachment"
-            path.write_bytes(data)
-            try:
-                result = prepare_attachment(services, index, prepared, name, path, keep_at)
-                if isinstance(result, pipeline.Prepared):
-                    vectors = services.embedder.embed_documents([c.embed_text for c in result.chunks])
-                    result = pipeline.write_prepared(services, index, result, vectors)
-                outcomes.append({"filename": name, "chunks": result.chunks})
-            except ApiError as err:
-                outcomes.append({"filename": name, "error": err.message, "code": err.code})
-            except Exception as exc:  # one attachment never fails its message
-                log.exception("indexing attachment %s failed", name)
-                outcomes.append(
-                    {"filename": name, "error": f"{type(exc).__name__}: {exc}"[:300], "code": "internal"}
-                )
-    return outcomes

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import ApiError
@@ -22,7 +23,7 @@ def ingest_settings():
     return Settings(**{k: v for k, v in INGEST_CACHES.items() if k not in os.environ})
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m rag_worker index",
         description="Index a folder: files at its top level go to dataset 'default', each subfolder is a dataset.",
@@ -55,36 +56,53 @@ def main(argv: list[str] | None = None) -> int:
         "--ray-files-per-batch", type=int, default=16, help="files per Ray task (one Lance fragment each)"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from tqdm import tqdm
-
     from ..services import Services
-    from .pipeline import BatchDone, Progress, index_folder
 
     services = Services(ingest_settings())
     nodes: set[str] = set()
-    if args.engine == "ray":
-        from .ray_engine import available, index_folder_ray
+    events = _events(services, args, nodes)
+    if events is None:
+        print("error: --engine ray needs Ray: run `bash scripts/setup.sh --ray`", file=sys.stderr)
+        return 2
+    return _report(events, args, nodes)
 
-        if not available():
-            print("error: --engine ray needs Ray: run `bash scripts/setup.sh --ray`", file=sys.stderr)
-            return 2
-        events = index_folder_ray(
-            services,
-            args.index,
-            args.folder,
-            args.rebuild,
-            prune=args.prune,
-            address=args.ray_address,
-            cpus_per_worker=args.ray_cpus_per_worker,
-            files_per_batch=args.ray_files_per_batch,
-            nodes_seen=nodes,
-        )
-    else:
-        events = index_folder(services, args.index, args.folder, args.rebuild, prune=args.prune)
+
+def _events(services, args: argparse.Namespace, nodes: set[str]) -> Iterator | None:
+    """The run's events from the chosen engine; None when it is Ray and Ray is not installed."""
+    if args.engine != "ray":
+        from .folder import index_folder
+
+        return index_folder(services, args.index, args.folder, args.rebuild, prune=args.prune)
+    from .ray_engine import available, index_folder_ray
+
+    if not available():
+        return None
+    return index_folder_ray(
+        services,
+        args.index,
+        args.folder,
+        args.rebuild,
+        prune=args.prune,
+        address=args.ray_address,
+        cpus_per_worker=args.ray_cpus_per_worker,
+        files_per_batch=args.ray_files_per_batch,
+        nodes_seen=nodes,
+    )
+
+
+def _report(events: Iterator, args: argparse.Namespace, nodes: set[str]) -> int:
+    """Show the events with a progress bar and a summary; the exit status (1 when a file failed)."""
+    from tqdm import tqdm
+
+    from .records import BatchDone, Progress
+
     bar = None
     reported: set[str] = set()
     try:
@@ -101,15 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             elif isinstance(event, BatchDone):
                 if bar is not None:
                     bar.close()
-                print(
-                    f"index '{args.index}': {event.documents} documents ({event.unchanged} unchanged), "
-                    f"{event.chunks} chunks, {len(event.failed)} failed, {event.removed} chunks pruned, "
-                    f"{event.kept} kept from before, "
-                    f"in {event.seconds:.1f} s" + (f" on {len(nodes)} Ray nodes" if nodes else "")
-                )
-                for problem in event.failed:
-                    if problem["file"] not in reported:  # folder-level problems, not reported per file
-                        print(f"skipped: {problem['file']}: {problem['error']}", file=sys.stderr)
+                _summary(event, args.index, nodes, reported)
                 return 1 if event.failed else 0
     except ApiError as err:
         if bar is not None:
@@ -122,3 +132,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot use the Ray cluster: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _summary(done, index: str, nodes: set[str], reported: set[str]) -> None:
+    print(
+        f"index '{index}': {done.documents} documents ({done.unchanged} unchanged), "
+        f"{done.chunks} chunks, {len(done.failed)} failed, {done.removed} chunks pruned, "
+        f"{done.kept} kept from before, "
+        f"in {done.seconds:.1f} s" + (f" on {len(nodes)} Ray nodes" if nodes else "")
+    )
+    for problem in done.failed:
+        if problem["file"] not in reported:  # folder-level problems, not reported per file
+            print(f"skipped: {problem['file']}: {problem['error']}", file=sys.stderr)

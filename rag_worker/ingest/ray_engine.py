@@ -1,17 +1,19 @@
 """`--engine ray`: index a folder across a Ray cluster, into the same LanceDB table the local path writes.
 
-The local path (`pipeline.index_folder`) converts, chunks and embeds in one process. Here those steps run as a
+The local path (`folder.index_folder`) converts, chunks and embeds in one process. Here those steps run as a
 Ray Data `map_batches` over actors spread across the cluster's nodes; each actor builds the same parts the
 local path builds (Docling converter with the same limits, the chunker on the embedder's tokenizer, the
-embedder), prepares its files with the same function (`pipeline.prepare_steps`: file rules, limits, errors),
-builds the same rows (`pipeline.document_rows`) and writes them as a Lance fragment straight into the index's
+embedder), prepares its files with the same function (`document.prepare_steps`: file rules, limits, errors),
+builds the same rows (`document.document_rows`) and writes them as a Lance fragment straight into the index's
 table folder. The driver only sees small per-file results: it reports progress as they stream in and commits
 the written fragments with one Lance `Append` per group of files (`RAY_COMMIT_FILES`), so a crash loses at most
 the group in flight and never leaves half a document: a document's rows are in one fragment, and a fragment
 is visible only once its commit lands. A document whose bytes changed keeps its old rows until its new ones
 are committed; they are deleted right after, in one delete per group. A re-run skips documents whose bytes are
 already indexed under their name, as the local path does. `--rebuild` builds into a new table and swaps it in
-when complete, through the local path's own code (`pipeline.rebuild_and_swap`): a rebuild that fails leaves the index as it was.
+when complete, through the local path's own code (`rebuild.rebuild_and_swap`): a rebuild that fails leaves the index as it was.
+The folder is walked by the loop both engines share (`folder.index_files`: names, types, unchanged files); this
+engine (`RayEngine`) supplies how the files left are converted, embedded and written.
 
 Like the local path, a spreadsheet's sheets become SQL tables of the index (rag_worker/tables.py: the actor reads
 them, the driver writes them with the commit, in the folder's file order, under the index's write lock), and an
@@ -33,33 +35,27 @@ import logging
 import os
 import pickle
 import tempfile
-import time
 from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from .. import tables
 from ..errors import ApiError
-from ..names import check_name
 from . import attachments, overviews
-from .formats import IngestError, is_supported
+from .document import document_rows, overview_entry, prepare_attachment, prepare_steps, store_tables
+from .folder import index_files, run_folder
 from .memory import release_free_memory
-from .pipeline import (
+from .records import (
     DEFAULT_DATASET,
     BatchDone,
+    FileJob,
     IngestResult,
     Prepared,
     Progress,
-    _Run,
-    _served,
-    document_rows,
-    file_sha256,
-    folder_files,
-    index_and_prune,
-    prepare_steps,
-    rebuild_and_swap,
+    Run,
+    internal_error,
+    run_steps,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,20 +119,25 @@ class _Preparer:
         return out
 
     def _prepare_batch(self, batch: dict, out: dict, scratch: Path, lance) -> None:
-        # (label, prepared, is an e-mail attachment): attachments follow their message
+        prepared = self._prepare_files(batch, out, scratch)
+        if prepared:
+            self._write_fragment(prepared, out, lance)
+
+    def _prepare_files(self, batch: dict, out: dict, scratch: Path) -> list[tuple[str, Prepared, bool]]:
+        """Convert and chunk the batch's files (failures and no-ops go straight to `out`); [(label, prepared, is
+        an e-mail attachment)], attachments after their message."""
         prepared: list[tuple[str, Prepared, bool]] = []
-        for label, dataset, path in zip(batch["label"], batch["dataset"], batch["path"], strict=True):
+        for label, dataset, name in zip(batch["label"], batch["dataset"], batch["path"], strict=True):
+            path = Path(name)
             try:
-                outcome = _run(prepare_steps(self.services, self.index, dataset, Path(path), Path(path).name))
+                outcome = run_steps(prepare_steps(self.services, self.index, dataset, path, path.name))
             except ApiError as err:
-                _result(
-                    out, label, dataset, Path(path).name, stage="failed", error=err.message, code=err.code
-                )
+                _result(out, label, dataset, path.name, stage="failed", error=err.message, code=err.code)
                 continue
             except Exception as exc:  # one bad file never stops the batch (as on the local path)
                 log.exception("indexing %s failed", label)
-                message = f"internal error: {type(exc).__name__}: {exc}"[:300]
-                _result(out, label, dataset, Path(path).name, stage="failed", error=message, code="internal")
+                message = internal_error(exc)
+                _result(out, label, dataset, path.name, stage="failed", error=message, code="internal")
                 continue
             if isinstance(outcome, IngestResult):  # indexed meanwhile by someone else: nothing to write
                 _result(
@@ -145,71 +146,55 @@ class _Preparer:
                 continue
             prepared.append((label, outcome, False))
             prepared.extend((label, extra, True) for extra in self._attachments(outcome, scratch))
+        return prepared
 
-        if prepared:
-            texts = [c.embed_text for _, prep, _ in prepared for c in prep.chunks]
-            vectors = self.services.embedder.embed_documents(texts)
-            now = datetime.now(UTC).isoformat(timespec="seconds")
-            rows: list[dict] = []
-            offset = 0
-            entries: list[str] = []
-            for _, prep, _ in prepared:
-                part = vectors[offset : offset + len(prep.chunks)]
-                offset += len(prep.chunks)
-                rows.extend(document_rows(prep, part, now))
-                overview, source = overviews.build_overview(self.services, prep.title, prep.chunks)
-                entry = {
-                    "dataset": prep.dataset,
-                    "filename": prep.filename,
-                    "document_id": prep.document_id,
-                    "title": prep.title,
-                    "overview": overview,
-                    "source": source,
-                    "chunks": len(prep.chunks),
-                    "indexed_at": now,
-                }
-                entries.append(json.dumps(entry, ensure_ascii=False))
-            # The same validation and Arrow layout as the local path's write (Store._prepare).
-            data = self.services.store.prepare_rows(self.index, rows)
-            fragment = lance.fragment.LanceFragment.create(self.table_uri, data)
-            fragment_json = json.dumps(fragment.to_json())
-            for n, ((label, prep, attached), entry) in enumerate(zip(prepared, entries, strict=True)):
-                _result(
-                    out,
-                    label,
-                    prep.dataset,
-                    prep.filename,
-                    prep.document_id,
-                    len(prep.chunks),
-                    "attachment" if attached else "indexed",
-                    overview=entry,
-                    fragment=fragment_json if n == 0 else "",
-                    sheets=pickle.dumps(prep.sheets) if prep.sheets is not None else b"",
-                )
+    def _write_fragment(self, prepared: list[tuple[str, Prepared, bool]], out: dict, lance) -> None:
+        """Embed the prepared files together and write their rows as one Lance fragment (committed by the
+        driver); one result in `out` per file, the fragment on the first."""
+        texts = [c.embed_text for _, prep, _ in prepared for c in prep.chunks]
+        vectors = self.services.embedder.embed_documents(texts)
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        rows: list[dict] = []
+        offset = 0
+        entries: list[str] = []
+        for _, prep, _ in prepared:
+            part = vectors[offset : offset + len(prep.chunks)]
+            offset += len(prep.chunks)
+            rows.extend(document_rows(prep, part, now))
+            entries.append(json.dumps(overview_entry(self.services, prep, now), ensure_ascii=False))
+        # The same validation and Arrow layout as the local path's write (Store._prepare).
+        data = self.services.store.prepare_rows(self.index, rows)
+        fragment = lance.fragment.LanceFragment.create(self.table_uri, data)
+        fragment_json = json.dumps(fragment.to_json())
+        for n, ((label, prep, attached), entry) in enumerate(zip(prepared, entries, strict=True)):
+            _result(
+                out,
+                label,
+                prep.dataset,
+                prep.filename,
+                prep.document_id,
+                len(prep.chunks),
+                "attachment" if attached else "indexed",
+                overview=entry,
+                fragment=fragment_json if n == 0 else "",
+                sheets=pickle.dumps(prep.sheets) if prep.sheets is not None else b"",
+            )
 
     def _attachments(self, message: Prepared, scratch: Path) -> list[Prepared]:
-        """The message's attachments prepared as their own documents (as `attachments.ingest_attachments` does
+        """The message's attachments prepared as their own documents (as `document.ingest_attachments` does
         on the local path); one that fails is logged and never fails its message."""
         out = []
         for name, data in attachments.attachments_to_index(message):
             path = scratch / f"attachment-{len(list(scratch.iterdir()))}"
             path.write_bytes(data)
             try:
-                extra = attachments.prepare_attachment(self.services, self.index, message, name, path)
+                extra = prepare_attachment(self.services, self.index, message, name, path)
             except Exception as exc:  # ApiError included: reported in the log, as the local path's CLI does
                 log.warning("attachment %s of %s not indexed: %s", name, message.filename, exc)
                 continue
             if isinstance(extra, Prepared):
                 out.append(extra)
         return out
-
-
-def _run(steps: Iterator[str]):
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value
 
 
 def _result(
@@ -304,16 +289,12 @@ def index_folder_ray(
     commit_files: int = COMMIT_FILES,
     nodes_seen: set[str] | None = None,
 ) -> Iterator[Progress | BatchDone]:
-    """`pipeline.index_folder` on a Ray cluster: the same files, rules, events and resulting rows.
+    """`folder.index_folder` on a Ray cluster: the same files, rules, events and resulting rows.
 
     Progress is aggregated: one event per file when its result arrives (indexed, unchanged or failed), plus a
     `writing` event per commit. `nodes_seen` (optional) collects the ids of the nodes whose actors wrote rows.
     """
-    check_name(index, "index")
     folder = Path(folder)
-    if not folder.is_dir():
-        raise IngestError("not_found", f"folder {folder} does not exist", field="folder")
-    started = time.monotonic()
     options = {
         "address": address,
         "cpus_per_worker": cpus_per_worker,
@@ -322,146 +303,147 @@ def index_folder_ray(
         "nodes_seen": nodes_seen,
     }
 
-    def index_into(target: str) -> Generator[Progress, None, _Run]:
-        return _index_files(services, target, folder, **options)
+    def index_into(target: str) -> Generator[Progress, None, Run]:
+        return index_files(services, target, folder, RayEngine(services, target, **options))
 
-    if rebuild:
-        with services.rebuild_guard(index):
-            yield from rebuild_and_swap(services, index, folder, prune, started, index_into)
-        return
-    yield from index_and_prune(services, index, prune, started, index_into)
+    yield from run_folder(services, index, folder, rebuild, prune, index_into)
 
 
-def _index_files(
-    services: Services,
-    target: str,
-    folder: Path,
-    *,
-    address: str | None,
-    cpus_per_worker: int,
-    files_per_batch: int,
-    commit_files: int,
-    nodes_seen: set[str] | None,
-) -> Iterator[Progress]:
-    """Index the folder's files into the table `target` (an index, or a rebuild's new table) across the
-    cluster, yielding Progress; returns the run's counters."""
-    import lance
+class RayEngine:
+    """`folder.index_files` across the cluster: the files to index are handed to actors (`_Preparer`) once the
+    folder is walked; the fragments they write are committed every `commit_files` files."""
 
-    store = services.store
-    files, problems = folder_files(folder)
-    total = len(files)
-    run = _Run(total, problems)
+    def __init__(
+        self,
+        services: Services,
+        target: str,
+        *,
+        address: str | None,
+        cpus_per_worker: int,
+        files_per_batch: int,
+        commit_files: int,
+        nodes_seen: set[str] | None,
+    ):
+        self.services = services
+        self.target = target
+        self.address = address
+        self.cpus = max(1, int(cpus_per_worker))
+        self.files_per_batch = files_per_batch
+        self.commit_files = commit_files
+        self.nodes_seen = nodes_seen
+        self.todo: list[dict] = []
+        self.order: dict[
+            str, int
+        ] = {}  # label -> place in the folder's file order (tables are written in it)
 
-    indexed: dict[tuple[str, str], dict] = {}
-    if store.exists(target):
-        indexed = {(d["dataset"], d["filename"]): d for d in store.list_documents(target)}
+    def take(self, run: Run, job: FileJob) -> Iterator[Progress]:
+        self.order[job.label] = len(self.order)
+        self.todo.append({"label": job.label, "dataset": job.dataset, "path": str(job.path.resolve())})
+        yield from ()
 
-    todo: list[dict] = []
-    order: dict[str, int] = {}  # label -> place in the folder's file order (tables are written in it)
-    for dataset, path in files:
-        label = (
-            path.name if dataset == DEFAULT_DATASET and path.parent == folder else f"{dataset}/{path.name}"
-        )
-        run.seen.add((dataset, path.name))
-        if not is_supported(path.name):
-            yield run.fail(label, dataset, "unsupported_type", "unsupported file type")
-            continue
-        known = indexed.get((dataset, path.name))
-        if known is not None and known["document_id"] == file_sha256(path):
-            yield run.finish(
-                label,
-                IngestResult(
-                    path.name, dataset, known["document_id"], int(known["chunks"]), False, unchanged=True
-                ),
-            )
-            continue
-        order[label] = len(order)
-        todo.append({"label": label, "dataset": dataset, "path": str(path.resolve())})
-
-    if not todo:
-        return run
-    # The table exists before any fragment is written into its folder (with the FTS index and marker).
-    store.ensure_table(target)
-    table_uri = store.table_uri(target)
-    ray = connect(address)
-    cpus = max(1, int(cpus_per_worker))
-    actors = max(1, int(ray.cluster_resources().get("CPU", 1) // cpus))
-    actors = min(actors, max(1, -(-len(todo) // files_per_batch)))
-    node_settings = _node_settings(services.settings, cpus)
-    dataset_plan = ray.data.from_items(todo, override_num_blocks=max(1, -(-len(todo) // files_per_batch)))
-    results = dataset_plan.map_batches(
-        _Preparer,
-        fn_constructor_args=(node_settings, target, table_uri),
-        batch_size=files_per_batch,
-        batch_format="numpy",
-        concurrency=actors,
-        num_cpus=cpus,
-    )
-
-    pending_fragments: list[str] = []
-    pending_entries: list[dict] = []
-    pending_replaced: list[tuple[str, str, str]] = []
-    # (file order, is an attachment, dataset, filename, sheets, its overview entry): spreadsheets' SQL tables
-    pending_sheets: list[tuple[int, bool, str, str, list, dict]] = []
-
-    def commit() -> Iterator[Progress]:
-        if not pending_fragments:
+    def drain(self, run: Run) -> Iterator[Progress]:
+        if not self.todo:
             return
-        yield Progress(f"{len(pending_entries)} files", run.finished, total, "writing", DEFAULT_DATASET)
-        fragments = [lance.fragment.FragmentMetadata.from_json(f) for f in pending_fragments]
+        pending = _Pending(self.services, self.target)
+        since_commit = 0
+        for row in self._results():
+            label, dataset, stage = str(row["label"]), str(row["dataset"]), str(row["stage"])
+            if self.nodes_seen is not None and stage == "indexed":
+                self.nodes_seen.add(str(row["node"]))
+            replaces = (dataset, str(row["filename"])) in run.indexed
+            pending.add(row, self.order.get(label, len(self.order)), replaces)
+            if stage == "attachment":  # a document of its own, not a file of the run (as on the local path)
+                continue
+            if stage == "failed":
+                yield run.fail(label, dataset, str(row["code"]), str(row["error"]))
+                continue
+            result = IngestResult(
+                str(row["filename"]), dataset, str(row["document_id"]), int(row["chunks"]), False
+            )
+            if stage == "unchanged":
+                result.unchanged = True
+            else:
+                since_commit += 1
+            yield run.finish(label, result)
+            if since_commit >= self.commit_files:
+                yield from pending.commit(run)
+                since_commit = 0
+        yield from pending.commit(run)
+
+    def _results(self) -> Iterator[dict]:
+        """Start the actors on the files to index; their per-file result rows, as they stream in."""
+        store = self.services.store
+        # The table exists before any fragment is written into its folder (with the FTS index and marker).
+        store.ensure_table(self.target)
+        table_uri = store.table_uri(self.target)
+        ray = connect(self.address)
+        blocks = max(1, -(-len(self.todo) // self.files_per_batch))
+        actors = max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus))
+        actors = min(actors, blocks)
+        node_settings = _node_settings(self.services.settings, self.cpus)
+        plan = ray.data.from_items(self.todo, override_num_blocks=blocks)
+        results = plan.map_batches(
+            _Preparer,
+            fn_constructor_args=(node_settings, self.target, table_uri),
+            batch_size=self.files_per_batch,
+            batch_format="numpy",
+            concurrency=actors,
+            num_cpus=self.cpus,
+        )
+        return results.iter_rows()
+
+
+class _Pending:
+    """What the actors wrote since the last commit: fragments, overview entries, the documents their new rows
+    replace, spreadsheets' sheets (SQL tables)."""
+
+    def __init__(self, services: Services, target: str):
+        self.services = services
+        self.target = target
+        self.fragments: list[str] = []
+        self.entries: list[dict] = []
+        self.replaced: list[tuple[str, str, str]] = []
+        # (file order, is an attachment, dataset, filename, sheets, its overview entry)
+        self.sheets: list[tuple[int, bool, str, str, list, dict]] = []
+
+    def add(self, row: dict, place: int, replaces: bool) -> None:
+        """One result row; `place`: its file's place in the folder's order; `replaces`: its name was indexed."""
+        stage = str(row["stage"])
+        if row["fragment"]:
+            self.fragments.append(str(row["fragment"]))
+        if stage not in ("indexed", "attachment"):
+            return
+        entry = json.loads(str(row["overview"]))
+        self.entries.append(entry)
+        dataset, filename, document_id = str(row["dataset"]), str(row["filename"]), str(row["document_id"])
+        if replaces:
+            self.replaced.append((dataset, filename, document_id))
+        if row["sheets"]:
+            sheets = pickle.loads(bytes(row["sheets"]))  # written by our own actor
+            self.sheets.append((place, stage == "attachment", dataset, filename, sheets, entry))
+
+    def commit(self, run: Run) -> Iterator[Progress]:
+        """Commit the pending fragments in one Lance `Append`, remove the rows they replace, write the SQL tables
+        (in the folder's file order) and the overviews, under the index's write lock."""
+        import lance
+
+        if not self.fragments:
+            return
+        yield Progress(f"{len(self.entries)} files", run.finished, run.total, "writing", DEFAULT_DATASET)
+        fragments = [lance.fragment.FragmentMetadata.from_json(f) for f in self.fragments]
+        services, target, store = self.services, self.target, self.services.store
         with services.index_lock(target):
             store.commit_fragments(target, fragments)
-            store.remove_superseded(target, pending_replaced)
-            for *_, ds, name, sheets, entry in sorted(pending_sheets, key=lambda p: p[:2]):
-                # SQL tables live under the index's own name, also while a rebuild builds its new table.
-                described = tables.store_sheets(
-                    services.settings,
-                    _served(target),
-                    SimpleNamespace(dataset=ds, filename=name, sheets=sheets),
+            store.remove_superseded(target, self.replaced)
+            for *_, ds, name, sheets, entry in sorted(self.sheets, key=lambda p: p[:2]):
+                store_tables(
+                    services, target, SimpleNamespace(dataset=ds, filename=name, sheets=sheets), entry
                 )
-                if described:
-                    entry["overview"] = f"{entry['overview']} Tables: {'; '.join(described)}"
-            overviews.upsert_overviews(services.settings, target, pending_entries)
-        pending_fragments.clear()
-        pending_entries.clear()
-        pending_replaced.clear()
-        pending_sheets.clear()
-
-    since_commit = 0
-    for row in results.iter_rows():
-        label, dataset, stage = str(row["label"]), str(row["dataset"]), str(row["stage"])
-        if row["fragment"]:
-            pending_fragments.append(str(row["fragment"]))
-        if nodes_seen is not None and stage == "indexed":
-            nodes_seen.add(str(row["node"]))
-        if stage in ("indexed", "attachment"):
-            entry = json.loads(str(row["overview"]))
-            pending_entries.append(entry)
-            filename, document_id = str(row["filename"]), str(row["document_id"])
-            if (dataset, filename) in indexed:
-                pending_replaced.append((dataset, filename, document_id))
-            if row["sheets"]:
-                place = (order.get(label, len(order)), stage == "attachment")
-                sheets = pickle.loads(bytes(row["sheets"]))  # written by our own actor
-                pending_sheets.append((*place, dataset, filename, sheets, entry))
-        if stage == "attachment":  # a document of its own, not a file of the run (as on the local path)
-            continue
-        if stage == "failed":
-            yield run.fail(label, dataset, str(row["code"]), str(row["error"]))
-            continue
-        result = IngestResult(
-            str(row["filename"]), dataset, str(row["document_id"]), int(row["chunks"]), False
-        )
-        if stage == "unchanged":
-            result.unchanged = True
-        else:
-            since_commit += 1
-        yield run.finish(label, result)
-        if since_commit >= commit_files:
-            yield from commit()
-            since_commit = 0
-    yield from commit()
-    return run
+            overviews.upsert_overviews(services.settings, target, self.entries)
+        self.fragments.clear()
+        self.entries.clear()
+        self.replaced.clear()
+        self.sheets.clear()
 
 
 __all__ = ["available", "connect", "index_folder_ray"]

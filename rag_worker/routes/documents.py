@@ -15,8 +15,11 @@ from flask import Blueprint, jsonify, request, send_file
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
-from ..ingest import pipeline
+from ..ingest import overviews, removal
+from ..ingest.document import ingest_file, ingest_steps, uploads_path
+from ..ingest.folder import index_folder
 from ..ingest.formats import kind_of
+from ..ingest.records import Progress, stage_detail
 from ..names import check_filename, check_name
 from ..schemas import FileName, Name, parse
 from ..services import Services
@@ -94,13 +97,13 @@ def add_document():
     kind_of(filename)  # 415 before a byte is stored
     tmp = save_upload(svc, storage, Path(filename).suffix.lower())
     if "text/event-stream" in request.headers.get("Accept", ""):
-        keep_at = pipeline.uploads_path(svc, index, dataset, filename)
+        keep_at = uploads_path(svc, index, dataset, filename)
         return sse_response(
             ingest_events(svc, index, dataset, tmp, filename, keep_at), svc.settings.keepalive_s
         )
     try:
-        result = pipeline.ingest_file(
-            svc, index, dataset, tmp, filename, keep_at=pipeline.uploads_path(svc, index, dataset, filename)
+        result = ingest_file(
+            svc, index, dataset, tmp, filename, keep_at=uploads_path(svc, index, dataset, filename)
         )
     finally:
         tmp.unlink(missing_ok=True)  # still there when refused, failed or unchanged-and-kept
@@ -113,7 +116,7 @@ def ingest_events(svc: Services, index: str, dataset: str, tmp: Path, filename: 
     total}`), then `done` with the same result as the JSON answer, or
     `error`. Closing the stream (the client left) stops the work between stages and removes the upload."""
     try:
-        steps = pipeline.ingest_steps(svc, index, dataset, tmp, filename, keep_at=keep_at)
+        steps = ingest_steps(svc, index, dataset, tmp, filename, keep_at=keep_at)
         while True:
             try:
                 stage = next(steps)
@@ -121,7 +124,7 @@ def ingest_events(svc: Services, index: str, dataset: str, tmp: Path, filename: 
                 result = stop.value
                 break
             event = {"file": filename, "dataset": dataset, "stage": str(stage), "done": 0, "total": 1}
-            yield frame("progress", {**event, **pipeline.stage_detail(stage)})
+            yield frame("progress", {**event, **stage_detail(stage)})
         yield frame("done", result.to_dict())
     except ApiError as err:
         yield frame("error", {**err.to_dict(), "status": err.status})
@@ -151,7 +154,7 @@ def get_document():
     dataset = check_name(request.args.get("dataset", "default"), "dataset")
     filename = check_filename(request.args.get("filename", ""))
     require_index(svc, index)
-    path = pipeline.uploads_path(svc, index, dataset, filename)
+    path = uploads_path(svc, index, dataset, filename)
     if not path.is_file():
         raise NotFound(
             f"no document '{filename}' in dataset '{dataset}' of index '{index}'",
@@ -172,8 +175,8 @@ def delete():
     dataset = check_name(req.dataset, "dataset")
     filename = check_filename(req.filename)
     require_index(svc, index)
-    had_original = pipeline.uploads_path(svc, index, dataset, filename).is_file()
-    count = pipeline.delete_document(svc, index, dataset, filename)
+    had_original = uploads_path(svc, index, dataset, filename).is_file()
+    count = removal.delete_document(svc, index, dataset, filename)
     if count == 0 and not had_original:
         raise NotFound(
             f"no document '{filename}' in dataset '{dataset}' of index '{index}'",
@@ -202,8 +205,8 @@ def index_uploads():
 
     def frames():
         try:
-            for event in pipeline.index_folder(svc, index, folder, req.rebuild, prune=req.prune):
-                if isinstance(event, pipeline.Progress):
+            for event in index_folder(svc, index, folder, req.rebuild, prune=req.prune):
+                if isinstance(event, Progress):
                     yield frame("progress", event.to_dict())
                 else:
                     yield frame("done", event.to_dict())
@@ -220,8 +223,8 @@ def index_uploads():
 def drop_index(index: str):
     svc = services()
     index = check_name(index, "index")
-    had_overviews = pipeline.overviews.overviews_path(svc.settings, index).exists()
-    existed = pipeline.drop_index(svc, index)
+    had_overviews = overviews.overviews_path(svc.settings, index).exists()
+    existed = removal.drop_index(svc, index)
     if not existed and not had_overviews:
         raise NotFound(f"index '{index}' does not exist", code="index_not_found", field="index")
     return jsonify({"index": index, "dropped": True})

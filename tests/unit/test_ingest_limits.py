@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rag_worker.ingest.convert import Converter, IsolatedConverter
+from rag_worker.ingest.convert import Converter
 from rag_worker.ingest.formats import IngestError
+from rag_worker.ingest.isolated import IsolatedConverter
 from rag_worker.ingest.limits import Limits
 from tests.hostile import many_page_pdf, xlsx_declaring
 from tests.servers import SHARED

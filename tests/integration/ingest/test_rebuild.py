@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from rag_worker.errors import ApiError
-from rag_worker.ingest import pipeline
+from rag_worker.ingest.document import ingest_file, uploads_path
+from rag_worker.ingest.folder import index_folder
 from rag_worker.ingest.overviews import load_overviews
+from rag_worker.ingest.records import BatchDone, Progress
+from rag_worker.ingest.removal import delete_document
 from rag_worker.services import Services
 from rag_worker.settings import Settings
 from tests.corpus import build_foreign_index
@@ -51,10 +54,10 @@ def write(folder: Path, rel: str, text: str) -> Path:
     return path
 
 
-def run(services, index, folder, **kw) -> pipeline.BatchDone:
-    events = list(pipeline.index_folder(services, index, folder, **kw))
+def run(services, index, folder, **kw) -> BatchDone:
+    events = list(index_folder(services, index, folder, **kw))
     done = events[-1]
-    assert isinstance(done, pipeline.BatchDone), events
+    assert isinstance(done, BatchDone), events
     return done
 
 
@@ -79,9 +82,9 @@ def test_searches_answer_from_the_old_table_until_the_rebuild_is_complete(servic
     before = names(services, "docs")
     write(folder, "guide.md", "The new guide recommends the quince procedure.")
 
-    events = pipeline.index_folder(services, "docs", folder, rebuild=True)
+    events = index_folder(services, "docs", folder, rebuild=True)
     for event in events:
-        if isinstance(event, pipeline.Progress) and event.stage == "indexed":
+        if isinstance(event, Progress) and event.stage == "indexed":
             break  # some files are in the new table now, the rebuild is far from done
     else:
         raise AssertionError("no file was indexed")
@@ -91,7 +94,7 @@ def test_searches_answer_from_the_old_table_until_the_rebuild_is_complete(servic
     assert services.store.indexes() == ["docs"]  # the table being built is no index of its own
 
     done = list(events)[-1]
-    assert isinstance(done, pipeline.BatchDone) and done.documents == 13 and not done.failed
+    assert isinstance(done, BatchDone) and done.documents == 13 and not done.failed
     assert names(services, "docs") == before
     assert found(services, "docs", "quince") == {"guide.md"}
     assert found(services, "docs", "marmalade") == set()
@@ -151,9 +154,9 @@ def test_a_rebuild_stopped_half_way_leaves_the_index_as_it_was(services, tmp_pat
     for i in range(10):
         write(folder, f"bulk/file{i:02d}.md", f"Bulk file {i} is about the axolotl{i:02d} experiment.")
 
-    events = pipeline.index_folder(services, "half", folder, rebuild=True)
+    events = index_folder(services, "half", folder, rebuild=True)
     for event in events:
-        if isinstance(event, pipeline.Progress) and event.stage == "indexed":
+        if isinstance(event, Progress) and event.stage == "indexed":
             break
     events.close()  # the client went away, or the process is stopping
     assert names(services, "half") == before
@@ -193,35 +196,35 @@ def test_uploads_and_deletes_made_during_a_rebuild_survive_the_swap(services, tm
     many_files(folder, 12)
     assert run(services, "live", folder).documents == 12
 
-    events = pipeline.index_folder(services, "live", folder, rebuild=True)
+    events = index_folder(services, "live", folder, rebuild=True)
     for event in events:
-        if isinstance(event, pipeline.Progress) and event.stage == "indexed" and event.done >= 1:
+        if isinstance(event, Progress) and event.stage == "indexed" and event.done >= 1:
             break
     # An upload of a new file, a replacement of a file already rebuilt, and a delete, all while it runs.
     incoming = tmp_path / "incoming.md"
     incoming.write_text("A late upload about the pangolin.", encoding="utf-8")
-    pipeline.ingest_file(
+    ingest_file(
         services,
         "live",
         "bulk",
         incoming,
         "late.md",
-        keep_at=pipeline.uploads_path(services, "live", "bulk", "late.md"),
+        keep_at=uploads_path(services, "live", "bulk", "late.md"),
     )
     first = sorted(f for d, f in names(services, "live") if f.startswith("file"))[0]
     replacement = tmp_path / "replacement.md"
     replacement.write_text("The replaced file is about the wombat now.", encoding="utf-8")
-    pipeline.ingest_file(
+    ingest_file(
         services,
         "live",
         "bulk",
         replacement,
         first,
-        keep_at=pipeline.uploads_path(services, "live", "bulk", first),
+        keep_at=uploads_path(services, "live", "bulk", first),
     )
-    pipeline.delete_document(services, "live", "bulk", "file11.md")
+    delete_document(services, "live", "bulk", "file11.md")
     done = list(events)[-1]
-    assert isinstance(done, pipeline.BatchDone)
+    assert isinstance(done, BatchDone)
 
     listed = names(services, "live")
     assert ("bulk", "late.md") in listed and ("bulk", "file11.md") not in listed
@@ -235,12 +238,12 @@ def test_a_second_rebuild_of_the_same_index_is_refused_while_one_runs(services, 
     folder = tmp_path / "src"
     many_files(folder, 10)
     run(services, "busy", folder)
-    first = pipeline.index_folder(services, "busy", folder, rebuild=True)
+    first = index_folder(services, "busy", folder, rebuild=True)
     next(first)
     with pytest.raises(ApiError) as err:
-        list(pipeline.index_folder(services, "busy", folder, rebuild=True))
+        list(index_folder(services, "busy", folder, rebuild=True))
     assert err.value.status == 409 and err.value.code == "busy"
-    assert isinstance(list(first)[-1], pipeline.BatchDone)
+    assert isinstance(list(first)[-1], BatchDone)
 
 
 def test_a_rebuild_with_another_embedder_embeds_the_kept_documents_again(services, tmp_path):
@@ -259,7 +262,7 @@ def test_a_rebuild_with_another_embedder_embeds_the_kept_documents_again(service
 
 
 def test_closing_the_services_stops_their_conversion_child(services):
-    proc = pipeline.parts(services).converter.sandbox._proc
+    proc = services.converter.sandbox._proc
     assert proc is not None and proc.poll() is None
     services.close()  # what a test or a shutting-down process calls: the child must not linger
     assert proc.wait(timeout=60) is not None

@@ -46,17 +46,13 @@ def env(tmp_path_factory) -> dict[str, str]:
 
 def expected_chunks(env, folder: Path) -> dict[str, int]:
     """Chunks per file as the pipeline's own converter and chunker make them, computed independently here."""
-    from rag_worker.ingest.pipeline import parts
     from rag_worker.services import Services
     from rag_worker.settings import Settings
 
     services = Services(Settings(INDEX_STORE=env["INDEX_STORE"], EMBEDDING_BATCH_SIZE=4))
-    part = parts(services)
+    converter, chunker = services.converter, services.chunker
     try:
-        return {
-            p.name: len(part.chunker.chunk(part.converter.convert(p).document))
-            for p in sorted(folder.iterdir())
-        }
+        return {p.name: len(chunker.chunk(converter.convert(p).document)) for p in sorted(folder.iterdir())}
     finally:
         services.close()
 
