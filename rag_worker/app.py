@@ -27,10 +27,10 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     from .routes import chat, documents, has_valid_key, meta, v1
 
-    app.register_blueprint(meta.bp)
-    app.register_blueprint(chat.bp)
-    app.register_blueprint(documents.bp)
-    app.register_blueprint(v1.bp)
+    tables = (meta.routes, chat.routes, documents.routes, v1.routes)
+    for table in tables:
+        app.register_blueprint(table.blueprint)
+    app.extensions[meta.OPERATIONS] = tuple(op for table in tables for op in table.operations)
 
     @app.before_request
     def refuse_foreign_origins():

@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     # Listening beyond loopback without WORKER_API_KEY is refused unless this says the network is private.
     allow_open: bool = Field(default=False, alias="WORKER_ALLOW_OPEN")
 
-    # Request limits (WORKER_API.md).
+    # Request limits (docs/design/WORKER_API.md).
     max_prompt_chars: int = Field(default=8000, alias="MAX_PROMPT_CHARS")
     max_history_messages: int = Field(default=200, alias="MAX_HISTORY_MESSAGES")
     max_history_chars: int = Field(default=200_000, alias="MAX_HISTORY_CHARS")

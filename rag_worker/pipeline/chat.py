@@ -7,6 +7,8 @@ import logging
 import time
 from collections.abc import Iterator
 
+from contract.answer import Answer
+
 from ..errors import ApiError, NotFound
 from ..llm import CancelToken
 from ..schemas import ChatRequest
@@ -258,7 +260,7 @@ def _answer(
     route: str,
     cited: list[dict],
     abstained: bool,
-) -> dict:
+) -> Answer:
     req = turn.request
     history = [m.model_dump() for m in req.history]
     history.append({"role": "user", "content": req.prompt})
@@ -268,7 +270,7 @@ def _answer(
         if injected != last_system:
             history.append({"role": "system", "content": injected})
     history.append({"role": "assistant", "content": reply})
-    return {
+    answer = {
         "reply": reply,
         "question": req.prompt,
         "rewritten": rewritten,
@@ -284,3 +286,4 @@ def _answer(
         "flags": turn.flags,
         "timings": turn.timings,
     }
+    return Answer.model_validate(answer)

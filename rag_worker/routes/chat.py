@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, jsonify
+from flask import jsonify
+
+from contract.answer import Answer
 
 from ..errors import ApiError
+from ..openapi import sse
 from ..pipeline.chat import prepare, run_turn
 from ..pipeline.events import Done, Error
-from ..schemas import ChatRequest, check_chat_limits, parse
+from ..responses import Title
+from ..schemas import ChatRequest, TitleRequest, check_chat_limits, parse
 from ..sse import frame, sse_response
 from . import json_body, services
+from .table import Routes
 
-bp = Blueprint("chat", __name__)
+routes = Routes("chat", __name__)
+
+CHAT_EVENTS = sse(
+    "step (Step), documents {documents: [Document]}, token {token}, done (Answer) or error (ErrorBody); "
+    "': keepalive' comments at least every 15 s",
+    ["step", "documents", "token", "done", "error"],
+)
+# 503 code "busy" (with Retry-After) when MAX_QUEUED_TURNS turns already wait.
+CHAT_ERRORS = (400, 404, 409, 413, 503)
 
 
 def load_turn():
@@ -26,7 +39,7 @@ def load_turn():
     return turn
 
 
-@bp.post("/chat")
+@routes.post("/chat", "One chat turn, answered as JSON", body=ChatRequest, answer=Answer, errors=CHAT_ERRORS)
 def chat():
     turn = load_turn()
     answer = None
@@ -34,11 +47,17 @@ def chat():
         if isinstance(event, Error):
             raise ApiError(event.error, code=event.code, status=event.status if event.status >= 400 else 500)
         if isinstance(event, Done):
-            answer = event.answer
+            answer = event.data
     return jsonify(answer)
 
 
-@bp.post("/chat_stream")
+@routes.post(
+    "/chat_stream",
+    "One chat turn, streamed as Server-Sent Events",
+    body=ChatRequest,
+    answer=CHAT_EVENTS,
+    errors=CHAT_ERRORS,
+)
 def chat_stream():
     turn = load_turn()  # 4xx before the stream starts: a client gets a JSON error, not a broken stream
 
@@ -49,10 +68,9 @@ def chat_stream():
     return sse_response(frames(), services().settings.keepalive_s)
 
 
-@bp.post("/create_title")
+@routes.post("/create_title", "A short title for a chat", body=TitleRequest, answer=Title, errors=(400, 503))
 def create_title():
     from ..pipeline.titles import make_title
-    from ..schemas import TitleRequest
 
     req = parse(TitleRequest, json_body())
     return jsonify({"title": make_title(services(), req.question)})

@@ -1,4 +1,4 @@
-"""Document and index lifecycle: upload, list, download, delete, bulk (re)index, drop (WORKER_API.md).
+"""Document and index lifecycle: upload, list, download, delete, bulk (re)index, drop (docs/design/WORKER_API.md).
 
 Uploaded originals live at `uploads_dir/<index>/<dataset>/<filename>`; that folder is also what `POST /index`
 indexes, so a rebuild re-reads exactly what was uploaded. An upload is written to a private temporary file
@@ -11,19 +11,22 @@ import logging
 import uuid
 from pathlib import Path
 
-from flask import Blueprint, jsonify, request, send_file
+from flask import jsonify, request, send_file
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from ..ingest import pipeline
 from ..ingest.formats import kind_of
 from ..names import check_filename, check_name
+from ..openapi import FILENAME_SCHEMA, NAME_SCHEMA, json_content, path_param, query_param, sse
+from ..responses import Added, Deleted, Dropped, FileInfo
 from ..schemas import FileName, Name, parse
 from ..services import Services
 from ..sse import frame, sse_response
 from . import json_body, services
+from .table import Routes
 
-bp = Blueprint("documents", __name__)
+routes = Routes("documents", __name__)
 log = logging.getLogger("rag_worker")
 
 INCOMING = ".incoming"  # not a valid index name, so never mistaken for an index's uploads folder
@@ -44,6 +47,35 @@ class IndexRequest(_Body):
     index: Name = "default"
     rebuild: bool = False
     prune: bool = False
+
+
+INDEX_Q = query_param("index", required=False)
+UPLOAD = {
+    "multipart/form-data": {
+        "schema": {
+            "type": "object",
+            "required": ["file"],
+            "properties": {
+                "file": {"type": "string", "format": "binary"},
+                "dataset": NAME_SCHEMA,
+                "index": NAME_SCHEMA,
+                # The file's name, when the multipart header can't carry it verbatim (it wins over it).
+                "filename": FILENAME_SCHEMA,
+            },
+        }
+    }
+}
+UPLOAD_EVENTS = sse(
+    "progress {file, dataset, stage, done, total} as each stage starts (converting, chunking, "
+    "embedding, writing; ocr after each scanned page read, with ocr {page, done, total}), then done "
+    "(Added) or error (ErrorBody)",
+    ["progress", "done", "error"],
+)
+INDEX_EVENTS = sse(
+    "progress {file, dataset, done, total, stage} (stage ocr: one per scanned page read, with ocr {page, done, "
+    "total}), then done {documents, chunks, seconds, unchanged, failed} or error (ErrorBody)",
+    ["progress", "done", "error"],
+)
 
 
 def read_index_arg() -> str:
@@ -77,7 +109,16 @@ def save_upload(svc: Services, storage, suffix: str) -> Path:
     return tmp
 
 
-@bp.post("/add_document")
+@routes.post(
+    "/add_document",
+    "Upload and index one file",
+    body=UPLOAD,
+    answer=Added,
+    # With `Accept: text/event-stream`: progress as each stage starts, then done (the JSON answer).
+    also=UPLOAD_EVENTS,
+    # 422: the file broke CONVERT_MAX_MEMORY_MB / CONVERT_TIMEOUT_S or could not be converted.
+    errors=(400, 404, 409, 413, 415, 422),
+)
 def add_document():
     svc = services()
     storage = request.files.get("file")
@@ -134,17 +175,29 @@ def ingest_events(svc: Services, index: str, dataset: str, tmp: Path, filename: 
         tmp.unlink(missing_ok=True)
 
 
-@bp.get("/get_documents")
+@routes.get("/get_documents", "Files of an index", answer=[FileInfo], params=(INDEX_Q,), errors=(400, 404))
 def get_documents():
     return jsonify(services().store.list_documents(read_index_arg()))
 
 
-@bp.get("/get_datasets")
+@routes.get(
+    "/get_datasets",
+    "Dataset names of an index",
+    answer=json_content({"type": "array", "items": {"type": "string"}}),
+    params=(INDEX_Q,),
+    errors=(400, 404),
+)
 def get_datasets():
     return jsonify(services().store.list_datasets(read_index_arg()))
 
 
-@bp.get("/get_document")
+@routes.get(
+    "/get_document",
+    "Download an original file (always an attachment)",
+    answer={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    params=(INDEX_Q, query_param("dataset", False), query_param("filename", True, FILENAME_SCHEMA)),
+    errors=(400, 404),
+)
 def get_document():
     svc = services()
     index = read_index_arg()
@@ -164,7 +217,13 @@ def get_document():
     return resp
 
 
-@bp.post("/delete")
+@routes.post(
+    "/delete",
+    "Remove one file: its rows, vectors and full-text entries",
+    body=DeleteRequest,
+    answer=Deleted,
+    errors=(400, 404),
+)
 def delete():
     svc = services()
     req = parse(DeleteRequest, json_body())
@@ -183,7 +242,13 @@ def delete():
     return jsonify({"count": count})
 
 
-@bp.post("/index")
+@routes.post(
+    "/index",
+    "(Re)build an index from shared_uploads/<index>/",
+    body=IndexRequest,
+    answer=INDEX_EVENTS,
+    errors=(400, 404, 409),
+)
 def index_uploads():
     svc = services()
     req = parse(IndexRequest, json_body())
@@ -216,7 +281,13 @@ def index_uploads():
     return sse_response(frames(), svc.settings.keepalive_s)
 
 
-@bp.delete("/indexes/<index>")
+@routes.delete(
+    "/indexes/<index>",
+    "Drop an index and its overviews",
+    answer=Dropped,
+    params=(path_param("index"),),
+    errors=(400, 404),
+)
 def drop_index(index: str):
     svc = services()
     index = check_name(index, "index")

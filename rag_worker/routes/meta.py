@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 
-from flask import Blueprint, jsonify
+from flask import current_app, jsonify
 
 from .. import __version__
-from ..openapi import spec
+from ..openapi import json_content, spec
 from ..pipeline.prompts import DEFAULTS
+from ..responses import Config, Health
 from ..security import mask_credentials
 from . import has_valid_key, services
+from .table import Routes
 
-bp = Blueprint("meta", __name__)
+routes = Routes("meta", __name__)
+OPERATIONS = "operations"  # app.extensions key: every route's Operation, in registration order
 log = logging.getLogger("rag_worker")
 
 
@@ -28,7 +31,13 @@ def converters_health(settings) -> dict:
     return state
 
 
-@bp.get("/health")
+@routes.get(
+    "/health",
+    "Readiness of the LLM, embedder and store (503 when not ready)",
+    answer=Health,
+    errors=(503,),
+    open=True,
+)
 def health():
     """Open to all, so probes need no key; but with a key set, only callers that send it see the details."""
     body, status = _health()
@@ -72,7 +81,7 @@ def _health() -> tuple[dict, int]:
     return body, 200
 
 
-@bp.get("/config")
+@routes.get("/config", "Effective defaults, secrets redacted", answer=Config, errors=())
 def config():
     svc = services()
     s = svc.settings
@@ -95,6 +104,7 @@ def config():
     )
 
 
-@bp.get("/openapi.json")
+@routes.get("/openapi.json", "This document", answer=json_content({"type": "object"}), errors=())
 def openapi():
-    return jsonify(spec(auth_required=services().settings.worker_api_key is not None))
+    operations = current_app.extensions[OPERATIONS]
+    return jsonify(spec(operations, auth_required=services().settings.worker_api_key is not None))
