@@ -65,3 +65,7 @@ class Unavailable(ApiError):
 
 class LLMUnavailable(Unavailable):
     code = "llm_unavailable"
+
+
+class RerankerUnavailable(Unavailable):
+    code = "reranker_unavailable"

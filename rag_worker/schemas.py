@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -31,6 +32,9 @@ StopSequence = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class Options(Strict):
+    # A misspelt switch (`topK`) would otherwise be dropped without a word and the turn run with the default.
+    model_config = ConfigDict(extra="forbid")
+
     route: Literal["auto", "rag", "direct", "sql"] = "auto"
     rewrite: bool | None = None
     hyde: bool | None = None
@@ -93,6 +97,44 @@ def _field_path(loc: tuple) -> str:
     return ".".join(parts)
 
 
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation holds (itself, or inside Optional, Annotated, list, ...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if found := _model_in(arg):
+            return found
+    return None
+
+
+def _keys_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys the model holding the last key of `loc` accepts."""
+    current: type[BaseModel] | None = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            continue  # a list's item: the annotation already led to the item's model
+        field = current.model_fields.get(part)
+        current = _model_in(field.annotation) if field else None
+    return list(current.model_fields) if current else []
+
+
+def _squashed(key: str) -> str:
+    return key.lower().replace("_", "").replace("-", "")
+
+
+def unknown_key(model: type[BaseModel], loc: tuple) -> BadRequest:
+    """A 400 naming a key the model does not accept, with the key meant when it differs only in case or
+    separators (`topK`: top_k), else the keys it accepts."""
+    field, key = _field_path(loc), str(loc[-1])
+    known = _keys_at(model, loc)
+    meant = next((k for k in known if _squashed(k) == _squashed(key)), None)
+    if meant:
+        hint = f"did you mean '{meant}'?"
+    else:
+        hint = "known: " + ", ".join(known)
+    return BadRequest(f"{field}: unknown option '{key}'; {hint}", code="unknown_option", field=field)
+
+
 def parse(model: type[BaseModel], payload: Any) -> Any:
     """Validate a JSON body into `model`, turning pydantic's report into one clear 400."""
     if not isinstance(payload, dict):
@@ -106,6 +148,8 @@ def parse(model: type[BaseModel], payload: Any) -> Any:
         msg = first["msg"].removeprefix("Value error, ")
         if kind == "missing":
             raise BadRequest(f"{field} is required", code="missing_field", field=field) from None
+        if kind == "extra_forbidden":
+            raise unknown_key(model, first["loc"]) from None
         raise BadRequest(f"{field}: {msg}", code="invalid_field", field=field) from None
 
 

@@ -204,7 +204,12 @@ def _retrieve(turn: Turn, query: str):
     yield turn.step("retrieving", f"Searching {scope} ({opts.mode})", opts.mode)
     with turn.timed("retrieve_ms"):
         hits = retrieve.search(turn, query, vector)
-    if opts.rerank:
+    if opts.rerank and turn.services.reranker is None:  # configured but broken: skipped, and said so
+        reason = turn.services.reranking.error
+        yield turn.step(
+            "reranking", "Reranking skipped: the reranker could not be loaded", "skipped", reason=reason
+        )
+    elif opts.rerank:
         yield turn.step("reranking", f"Reranking {len(hits)} passages")
         with turn.timed("rerank_ms"):
             hits = retrieve.rerank(turn, query, hits)

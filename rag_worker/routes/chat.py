@@ -10,6 +10,7 @@ from ..errors import ApiError
 from ..openapi import sse
 from ..pipeline.chat import prepare, run_turn
 from ..pipeline.events import Done, Error
+from ..pipeline.turn import Turn
 from ..responses import Title
 from ..schemas import ChatRequest, TitleRequest, check_chat_limits, parse
 from ..sse import frame, sse_response
@@ -27,9 +28,10 @@ CHAT_EVENTS = sse(
 CHAT_ERRORS = (400, 404, 409, 413, 503)
 
 
-def load_turn():
+def start_turn(req: ChatRequest) -> Turn:
+    """Everything a turn may be refused for before its first byte, on every chat route: the size limits, an
+    unknown index or embedder (prepare), and a full queue (503 with Retry-After)."""
     svc = services()
-    req = parse(ChatRequest, json_body())
     check_chat_limits(req, svc.settings)
     turn = prepare(svc, req)
     if (
@@ -37,6 +39,10 @@ def load_turn():
     ):  # a turn that may retrieve may wait in the queue: refuse when it's full
         svc.turn_queue.admit()
     return turn
+
+
+def load_turn() -> Turn:
+    return start_turn(parse(ChatRequest, json_body()))
 
 
 @routes.post("/chat", "One chat turn, answered as JSON", body=ChatRequest, answer=Answer, errors=CHAT_ERRORS)

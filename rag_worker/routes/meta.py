@@ -62,7 +62,7 @@ def _health() -> tuple[dict, int]:
     except Exception as exc:
         body["store"] = {"ok": False, "error": str(exc)}
     body["reranker"] = (
-        {"model": svc.settings.reranker_model}
+        svc.reranking.health()
         if svc.settings.reranker_model
         else {
             "model": None,
@@ -78,6 +78,9 @@ def _health() -> tuple[dict, int]:
     if not llm_ok:
         body["status"] = "degraded"
         return body, 503
+    if body["reranker"].get("ok") is False:  # turns still answer, in the fusion's order: ready, but worse
+        body["status"] = "degraded"
+        body["degraded"] = ["reranker"]
     return body, 200
 
 

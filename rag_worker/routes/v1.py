@@ -16,11 +16,12 @@ from ..openai_compat import (
     to_chat_request,
 )
 from ..openapi import path_param, sse
-from ..pipeline.chat import prepare, run_turn
+from ..pipeline.chat import run_turn
 from ..responses import ChatCompletion, ModelCard, ModelList, OpenAIError
-from ..schemas import check_chat_limits, parse
+from ..schemas import parse
 from ..sse import sse_response
 from . import json_body, services
+from .chat import start_turn
 from .table import Routes
 
 routes = Routes("v1", __name__, url_prefix="/v1")
@@ -64,9 +65,7 @@ def get_model(model: str):
 def chat_completions():
     svc = services()
     req = parse(ChatCompletionRequest, json_body())
-    chat_request = to_chat_request(svc, req)
-    check_chat_limits(chat_request, svc.settings)
-    turn = prepare(svc, chat_request)  # 4xx before the stream starts, as JSON in OpenAI's shape
+    turn = start_turn(to_chat_request(svc, req))  # 4xx and 503 before the stream starts, in OpenAI's shape
     if req.stream:
         return sse_response(chunks(req.model, run_turn(turn)), svc.settings.keepalive_s)
     return jsonify(completion(req.model, run_turn(turn)))
