@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from contract.answer import Answer
 
 from .errors import ApiError, BadRequest, NotFound
-from .names import NAME_RE
+from .names import is_name
 from .pipeline.events import Documents, Done, Error, Event, Step, Token
 from .schemas import ChatRequest, Document, Name, Options, StopSequence, int_between, parse
 from .services import Services
@@ -103,7 +103,7 @@ def index_of(services: Services, model: str) -> str | None:
     if model == DIRECT:
         return None
     index = model.removeprefix(RAG_PREFIX)
-    if model.startswith(RAG_PREFIX) and NAME_RE.fullmatch(index) and services.store.exists(index):
+    if model.startswith(RAG_PREFIX) and is_name(index) and services.store.exists(index):
         return index
     raise _model_not_found(model)
 

@@ -17,7 +17,7 @@ from pydantic import (
 from contract.answer import Document, Message, Strict, whole_float
 
 from .errors import BadRequest, PayloadTooLarge
-from .names import FILENAME_PATTERN, NAME_RE
+from .names import FILENAME_PATTERN, NAME_RE, name_problem
 from .settings import Settings
 
 
@@ -52,6 +52,21 @@ class Options(Strict):
     answer_mode: Literal["auto", "extractive"] | None = None
 
 
+def option_defaults(settings: Settings) -> dict[str, Any]:
+    """What an option left unset means on this worker: the one source of `resolve_options` and `/config`."""
+    has_reranker = bool(settings.reranker_model)
+    return {
+        "route": Options.model_fields["route"].default,
+        "rewrite": True,
+        "hyde": False,
+        "rerank": has_reranker,
+        "mode": "hybrid",
+        "top_k": settings.top_k,
+        "provenance": "rerank" if has_reranker else "similarity",
+        "temperature": None,
+    }
+
+
 class ChatRequest(Strict):
     prompt: str = Field(
         validation_alias=AliasChoices("prompt", "query"),
@@ -67,9 +82,7 @@ class ChatRequest(Strict):
     @field_validator("datasets")
     @classmethod
     def _datasets(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not NAME_RE.fullmatch(name):
-                raise ValueError(f"dataset {name[:80]!r} is not 1 to 64 letters, digits, '_' or '-'")
+        _check_names(value, "dataset")
         return list(dict.fromkeys(value))
 
     @field_validator("index")
@@ -78,14 +91,18 @@ class ChatRequest(Strict):
         names = [value] if isinstance(value, str) else value
         if not names:
             raise ValueError("give at least one index name")
-        for name in names:
-            if not NAME_RE.fullmatch(name):
-                raise ValueError(f"index {name[:80]!r} is not 1 to 64 letters, digits, '_' or '-'")
+        _check_names(names, "index")
         return value
 
     @property
     def indexes(self) -> list[str]:
         return list(dict.fromkeys([self.index] if isinstance(self.index, str) else self.index))
+
+
+def _check_names(names: list[str], kind: str) -> None:
+    for name in names:
+        if problem := name_problem(name, kind):
+            raise ValueError(problem)
 
 
 class TitleRequest(Strict):

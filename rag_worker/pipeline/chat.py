@@ -11,7 +11,7 @@ from contract.answer import Answer
 
 from ..errors import ApiError, NotFound
 from ..llm import CancelToken
-from ..schemas import ChatRequest
+from ..schemas import ChatRequest, option_defaults
 from ..services import Services
 from . import (
     citations,
@@ -34,16 +34,15 @@ log = logging.getLogger("rag_worker.pipeline")
 
 
 def resolve_options(services: Services, request: ChatRequest) -> TurnOptions:
-    o, s = request.options, services.settings
-    has_reranker = bool(s.reranker_model)
+    o, d = request.options, option_defaults(services.settings)
     return TurnOptions(
         route=o.route,
-        rewrite=True if o.rewrite is None else o.rewrite,
-        hyde=bool(o.hyde),
-        rerank=has_reranker if o.rerank is None else (o.rerank and has_reranker),
-        mode=o.mode or "hybrid",
-        top_k=o.top_k or s.top_k,
-        provenance=o.provenance or ("rerank" if has_reranker else "similarity"),
+        rewrite=d["rewrite"] if o.rewrite is None else o.rewrite,
+        hyde=d["hyde"] if o.hyde is None else o.hyde,
+        rerank=d["rerank"] if o.rerank is None else (o.rerank and d["rerank"]),
+        mode=o.mode or d["mode"],
+        top_k=o.top_k or d["top_k"],
+        provenance=o.provenance or d["provenance"],
         model=o.model,
         temperature=o.temperature,
         max_tokens=o.max_tokens,

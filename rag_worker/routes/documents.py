@@ -14,7 +14,7 @@ from pathlib import Path
 from flask import jsonify, request, send_file
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from ..errors import ApiError, BadRequest, DocumentNotFound, IndexNotFound, PayloadTooLarge
 from ..ingest import pipeline
 from ..ingest.formats import kind_of
 from ..names import check_filename, check_name
@@ -84,7 +84,7 @@ def read_index_arg() -> str:
 
 def require_index(svc: Services, index: str) -> None:
     if not svc.store.exists(index):
-        raise NotFound(f"index '{index}' does not exist", code="index_not_found", field="index")
+        raise IndexNotFound(f"index '{index}' does not exist")
 
 
 def save_upload(svc: Services, storage, suffix: str) -> Path:
@@ -206,11 +206,7 @@ def get_document():
     require_index(svc, index)
     path = pipeline.uploads_path(svc, index, dataset, filename)
     if not path.is_file():
-        raise NotFound(
-            f"no document '{filename}' in dataset '{dataset}' of index '{index}'",
-            code="document_not_found",
-            field="filename",
-        )
+        raise DocumentNotFound(index, dataset, filename)
     # Always an attachment: an uploaded HTML file must never run as a page of the worker's origin.
     resp = send_file(path, as_attachment=True, download_name=filename, conditional=True)
     resp.headers["X-Content-Type-Options"] = "nosniff"
@@ -234,11 +230,7 @@ def delete():
     had_original = pipeline.uploads_path(svc, index, dataset, filename).is_file()
     count = pipeline.delete_document(svc, index, dataset, filename)
     if count == 0 and not had_original:
-        raise NotFound(
-            f"no document '{filename}' in dataset '{dataset}' of index '{index}'",
-            code="document_not_found",
-            field="filename",
-        )
+        raise DocumentNotFound(index, dataset, filename)
     return jsonify({"count": count})
 
 
@@ -256,11 +248,7 @@ def index_uploads():
     folder = svc.settings.uploads_dir / index
     if not folder.is_dir():
         if not svc.store.exists(index):
-            raise NotFound(
-                f"index '{index}' has no uploads folder ({folder}) and no table",
-                code="index_not_found",
-                field="index",
-            )
+            raise IndexNotFound(f"index '{index}' has no uploads folder ({folder}) and no table")
         folder.mkdir(parents=True, exist_ok=True)
     if not req.rebuild and svc.store.exists(index):
         svc.store.check_compatible(index)  # 409 as JSON, before the stream starts
@@ -294,5 +282,5 @@ def drop_index(index: str):
     had_overviews = pipeline.overviews.overviews_path(svc.settings, index).exists()
     existed = pipeline.drop_index(svc, index)
     if not existed and not had_overviews:
-        raise NotFound(f"index '{index}' does not exist", code="index_not_found", field="index")
+        raise IndexNotFound(f"index '{index}' does not exist")
     return jsonify({"index": index, "dropped": True})

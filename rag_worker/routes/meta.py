@@ -10,6 +10,7 @@ from .. import __version__
 from ..openapi import json_content, spec
 from ..pipeline.prompts import DEFAULTS
 from ..responses import Config, Health
+from ..schemas import option_defaults
 from ..security import mask_credentials
 from . import has_valid_key, services
 from .table import Routes
@@ -91,16 +92,7 @@ def config():
     return jsonify(
         {
             "settings": s.public_dict(),
-            "defaults": {
-                "route": "auto",
-                "rewrite": True,
-                "hyde": False,
-                "rerank": bool(s.reranker_model),
-                "mode": "hybrid",
-                "top_k": s.top_k,
-                "provenance": "rerank" if s.reranker_model else "similarity",
-                "temperature": None,
-            },
+            "defaults": option_defaults(s),
             "prompts": DEFAULTS,
             "reranker": s.reranker_model or None,
         }
