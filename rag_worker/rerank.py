@@ -100,6 +100,7 @@ class RerankerSlot:
         self.error: str | None = None
         self._reranker: Reranker | None = None
         self._tried = False
+        self._probed = False
         self._lock = threading.Lock()
 
     def get(self) -> Reranker | None:
@@ -116,7 +117,8 @@ class RerankerSlot:
 
     def health(self) -> dict:
         """`ok` false with the reason when the model is known to be broken; never loads the model."""
-        if not self._tried and self.error is None:
+        if not self._tried and not self._probed:
+            self._probed = True  # once: the configuration does not change while the worker runs
             self._probe()
         if self.error:
             return {"ok": False, "model": self.model, "error": self.error}
