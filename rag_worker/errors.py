@@ -43,6 +43,22 @@ class NotFound(ApiError):
     status, code = 404, "not_found"
 
 
+class IndexNotFound(NotFound):
+    code = "index_not_found"
+
+    def __init__(self, message: str, *, field: str | None = "index", **kw):
+        super().__init__(message, field=field, **kw)
+
+
+class DocumentNotFound(NotFound):
+    code = "document_not_found"
+
+    def __init__(self, index: str, dataset: str, filename: str):
+        super().__init__(
+            f"no document '{filename}' in dataset '{dataset}' of index '{index}'", field="filename"
+        )
+
+
 class Conflict(ApiError):
     status, code = 409, "conflict"
 
@@ -65,3 +81,7 @@ class Unavailable(ApiError):
 
 class LLMUnavailable(Unavailable):
     code = "llm_unavailable"
+
+
+class RerankerUnavailable(Unavailable):
+    code = "reranker_unavailable"

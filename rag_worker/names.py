@@ -1,4 +1,8 @@
-"""Validation of index, dataset and file names that reach the file system or the store."""
+"""The name rules: index, dataset and file names that reach the file system or the store, checked here only.
+
+The request models (schemas.py), the routes, the store and the OpenAPI document all take their rule from this
+module: `NAME_RE` / `is_name` for index and dataset names, `check_filename` for a file's display name.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from .errors import BadRequest
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NAME_RULE = "1 to 64 characters of letters, digits, '_' or '-'"
 # What check_filename accepts, for the OpenAPI document: no path separators, drive colons or control characters,
 # and at least one character that is neither a dot nor a space ("." and ".." are refused).
 FILENAME_PATTERN = r"^[^/\\\x00\r\n:]*[^/\\\x00\r\n:.\s][^/\\\x00\r\n:]*$"
@@ -17,26 +22,42 @@ FILENAME_PATTERN = r"^[^/\\\x00\r\n:]*[^/\\\x00\r\n:.\s][^/\\\x00\r\n:]*$"
 STAGED_RE = re.compile(r"^([A-Za-z0-9_-]{1,64})\.[0-9a-f]{12}$")
 
 
+class BadName(BadRequest):
+    code = "bad_name"
+
+
+class BadFilename(BadRequest):
+    code = "bad_filename"
+
+
+def is_name(value: object) -> bool:
+    """An index or dataset name: [A-Za-z0-9_-]{1,64}."""
+    return isinstance(value, str) and NAME_RE.fullmatch(value) is not None
+
+
+def name_problem(value: str, kind: str) -> str | None:
+    """Why `value` is no `kind` (index, dataset) name, or None; for validators that word their own errors."""
+    return None if is_name(value) else f"{kind} {value[:80]!r} is not {NAME_RULE}"
+
+
 def check_name(value: object, field: str) -> str:
-    """An index or dataset name: [A-Za-z0-9_-]{1,64}, else a 400 naming the field."""
-    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-        raise BadRequest(
-            f"{field} must be 1 to 64 characters of letters, digits, '_' or '-'", code="bad_name", field=field
-        )
+    """An index or dataset name, else a 400 naming the field."""
+    if not is_name(value):
+        raise BadName(f"{field} must be {NAME_RULE}", field=field)
     return value
 
 
 def check_filename(value: object, field: str = "filename") -> str:
     """A file's display name: a plain base name (unicode and spaces kept); any path in it is a 400."""
     if not isinstance(value, str) or not value.strip():
-        raise BadRequest("a file name is required", code="bad_filename", field=field)
+        raise BadFilename("a file name is required", field=field)
     name = unicodedata.normalize("NFC", value.strip())
     if len(name.encode("utf-8")) > 255:
-        raise BadRequest("the file name is longer than 255 bytes", code="bad_filename", field=field)
+        raise BadFilename("the file name is longer than 255 bytes", field=field)
     if any(ch in name for ch in "\x00\r\n") or name in {".", ".."}:
-        raise BadRequest("the file name contains forbidden characters", code="bad_filename", field=field)
+        raise BadFilename("the file name contains forbidden characters", field=field)
     if PurePosixPath(name).name != name or PureWindowsPath(name).name != name:
-        raise BadRequest("the file name must not contain a path", code="path_in_filename", field=field)
+        raise BadFilename("the file name must not contain a path", code="path_in_filename", field=field)
     return name
 
 

@@ -18,8 +18,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from contract.answer import Answer
+
 from .errors import ApiError, BadRequest, NotFound
-from .names import NAME_RE
+from .names import is_name
 from .pipeline.events import Documents, Done, Error, Event, Step, Token
 from .schemas import ChatRequest, Document, Name, Options, StopSequence, int_between, parse
 from .services import Services
@@ -101,7 +103,7 @@ def index_of(services: Services, model: str) -> str | None:
     if model == DIRECT:
         return None
     index = model.removeprefix(RAG_PREFIX)
-    if model.startswith(RAG_PREFIX) and NAME_RE.fullmatch(index) and services.store.exists(index):
+    if model.startswith(RAG_PREFIX) and is_name(index) and services.store.exists(index):
         return index
     raise _model_not_found(model)
 
@@ -156,16 +158,18 @@ def to_chat_request(services: Services, req: ChatCompletionRequest) -> ChatReque
 # -- answers -----------------------------------------------------------------------------------------------
 
 
-def sources_list(answer: dict) -> str:
+def sources_list(answer: Answer | None) -> str:
     """`Sources:` and one line per cited document, for clients that show only the text."""
-    cited = {c["ref"] for c in answer.get("citations") or []}
+    if answer is None:
+        return ""
+    cited = {c.ref for c in answer.citations}
     lines = []
-    for doc in answer.get("documents") or []:
-        if doc.get("ref") in cited:
-            where = doc.get("filename") or doc.get("id")
-            if doc.get("page") is not None:
-                where = f"{where}, page {doc['page']}"
-            lines.append(f"[{doc['ref']}] {where}")
+    for doc in answer.documents:
+        if doc.ref in cited:
+            where = doc.filename or doc.id
+            if doc.page is not None:
+                where = f"{where}, page {doc.page}"
+            lines.append(f"[{doc.ref}] {where}")
     return f"\n\n{SOURCES_HEADING}\n" + "\n".join(lines) if lines else ""
 
 
@@ -174,16 +178,20 @@ class Collector:
 
     def __init__(self) -> None:
         self.steps: list[dict] = []
-        self.answer: dict | None = None
+        self.done: Done | None = None
+
+    @property
+    def answer(self) -> Answer | None:
+        return self.done.answer if self.done else None
 
     def see(self, event: Event) -> None:
         if isinstance(event, Step):
             self.steps.append(event.data)
         elif isinstance(event, Done):
-            self.answer = event.answer
+            self.done = event
 
     def extension(self) -> dict:
-        return {**(self.answer or {}), "steps": self.steps}
+        return {**(self.done.data if self.done else {}), "steps": self.steps}
 
 
 def completion(model: str, events: Iterable[Event]) -> dict:
@@ -193,8 +201,7 @@ def completion(model: str, events: Iterable[Event]) -> dict:
         if isinstance(event, Error):
             raise ApiError(event.error, code=event.code, status=event.status if event.status >= 400 else 500)
         seen.see(event)
-    answer = seen.answer or {}
-    content = answer.get("reply", "") + sources_list(answer)
+    content = (seen.answer.reply if seen.answer else "") + sources_list(seen.answer)
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -239,7 +246,7 @@ def chunks(model: str, events: Iterable[Event]) -> Iterator[str]:
             return
         elif isinstance(event, Documents | Step):
             continue
-    tail = sources_list(seen.answer or {})
+    tail = sources_list(seen.answer)
     if tail:
         yield chunk({"content": tail})
     yield chunk({}, "stop", **{EXTENSION: seen.extension()})

@@ -60,6 +60,11 @@ class Health(_Open):
     llm: dict[str, Any] | None = None
     embedder: dict[str, Any] | None = None
     store: dict[str, Any] | None = None
+    reranker: dict[str, Any] | None = None
+    degraded: list[str] | None = Field(
+        default=None,
+        description="parts working less well (e.g. a reranker that cannot load): turns still answer",
+    )
 
 
 class Config(_Open):

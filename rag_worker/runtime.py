@@ -1,7 +1,7 @@
 """Run CPU-bound or blocking calls off the gevent loop.
 
 Under gunicorn's gevent worker a torch forward pass or a LanceDB query made in a greenlet freezes every other
-connection of that worker (MODELS.md measured 9 s stalls). `offload` sends such calls to gevent's native thread
+connection of that worker (docs/design/MODELS.md measured 9 s stalls). `offload` sends such calls to gevent's native thread
 pool when the process is monkey-patched, and simply calls them otherwise (CLI, plain threads).
 """
 

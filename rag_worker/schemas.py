@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -16,7 +17,7 @@ from pydantic import (
 from contract.answer import Document, Message, Strict, whole_float
 
 from .errors import BadRequest, PayloadTooLarge
-from .names import FILENAME_PATTERN, NAME_RE
+from .names import FILENAME_PATTERN, NAME_RE, name_problem
 from .settings import Settings
 
 
@@ -31,6 +32,9 @@ StopSequence = Annotated[str, Field(min_length=1, max_length=200)]
 
 
 class Options(Strict):
+    # A misspelt switch (`topK`) would otherwise be dropped without a word and the turn run with the default.
+    model_config = ConfigDict(extra="forbid")
+
     route: Literal["auto", "rag", "direct", "sql"] = "auto"
     rewrite: bool | None = None
     hyde: bool | None = None
@@ -48,6 +52,21 @@ class Options(Strict):
     answer_mode: Literal["auto", "extractive"] | None = None
 
 
+def option_defaults(settings: Settings) -> dict[str, Any]:
+    """What an option left unset means on this worker: the one source of `resolve_options` and `/config`."""
+    has_reranker = bool(settings.reranker_model)
+    return {
+        "route": Options.model_fields["route"].default,
+        "rewrite": True,
+        "hyde": False,
+        "rerank": has_reranker,
+        "mode": "hybrid",
+        "top_k": settings.top_k,
+        "provenance": "rerank" if has_reranker else "similarity",
+        "temperature": None,
+    }
+
+
 class ChatRequest(Strict):
     prompt: str = Field(
         validation_alias=AliasChoices("prompt", "query"),
@@ -63,9 +82,7 @@ class ChatRequest(Strict):
     @field_validator("datasets")
     @classmethod
     def _datasets(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not NAME_RE.fullmatch(name):
-                raise ValueError(f"dataset {name[:80]!r} is not 1 to 64 letters, digits, '_' or '-'")
+        _check_names(value, "dataset")
         return list(dict.fromkeys(value))
 
     @field_validator("index")
@@ -74,14 +91,18 @@ class ChatRequest(Strict):
         names = [value] if isinstance(value, str) else value
         if not names:
             raise ValueError("give at least one index name")
-        for name in names:
-            if not NAME_RE.fullmatch(name):
-                raise ValueError(f"index {name[:80]!r} is not 1 to 64 letters, digits, '_' or '-'")
+        _check_names(names, "index")
         return value
 
     @property
     def indexes(self) -> list[str]:
         return list(dict.fromkeys([self.index] if isinstance(self.index, str) else self.index))
+
+
+def _check_names(names: list[str], kind: str) -> None:
+    for name in names:
+        if problem := name_problem(name, kind):
+            raise ValueError(problem)
 
 
 class TitleRequest(Strict):
@@ -91,6 +112,44 @@ class TitleRequest(Strict):
 def _field_path(loc: tuple) -> str:
     parts = [str(p) for p in loc if p not in ("function-after",)]
     return ".".join(parts)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model an annotation holds (itself, or inside Optional, Annotated, list, ...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if found := _model_in(arg):
+            return found
+    return None
+
+
+def _keys_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys the model holding the last key of `loc` accepts."""
+    current: type[BaseModel] | None = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or current is None:
+            continue  # a list's item: the annotation already led to the item's model
+        field = current.model_fields.get(part)
+        current = _model_in(field.annotation) if field else None
+    return list(current.model_fields) if current else []
+
+
+def _squashed(key: str) -> str:
+    return key.lower().replace("_", "").replace("-", "")
+
+
+def unknown_key(model: type[BaseModel], loc: tuple) -> BadRequest:
+    """A 400 naming a key the model does not accept, with the key meant when it differs only in case or
+    separators (`topK`: top_k), else the keys it accepts."""
+    field, key = _field_path(loc), str(loc[-1])
+    known = _keys_at(model, loc)
+    meant = next((k for k in known if _squashed(k) == _squashed(key)), None)
+    if meant:
+        hint = f"did you mean '{meant}'?"
+    else:
+        hint = "known: " + ", ".join(known)
+    return BadRequest(f"{field}: unknown option '{key}'; {hint}", code="unknown_option", field=field)
 
 
 def parse(model: type[BaseModel], payload: Any) -> Any:
@@ -106,6 +165,8 @@ def parse(model: type[BaseModel], payload: Any) -> Any:
         msg = first["msg"].removeprefix("Value error, ")
         if kind == "missing":
             raise BadRequest(f"{field} is required", code="missing_field", field=field) from None
+        if kind == "extra_forbidden":
+            raise unknown_key(model, first["loc"]) from None
         raise BadRequest(f"{field}: {msg}", code="invalid_field", field=field) from None
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .llm import LLMRouter
     from .locks import FileLock
     from .pipeline.admission import TurnQueue
-    from .rerank import Reranker
+    from .rerank import Reranker, RerankerSlot
     from .store import Store
 
 
@@ -112,12 +112,15 @@ class Services:
         return LLMRouter(self.settings)
 
     @cached_property
-    def reranker(self) -> Reranker | None:
-        if not self.settings.reranker_model:
-            return None
-        from .rerank import Reranker
+    def reranking(self) -> RerankerSlot:
+        from .rerank import RerankerSlot
 
-        return Reranker(self.settings.reranker_model, torch_threads=self.settings.torch_threads)
+        return RerankerSlot(self.settings.reranker_model, torch_threads=self.settings.torch_threads)
+
+    @property
+    def reranker(self) -> Reranker | None:
+        """The cross-encoder; None when none is configured or it cannot be loaded (`reranking.error` says why)."""
+        return self.reranking.get()
 
     @cached_property
     def turn_queue(self) -> TurnQueue:

@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     # Listening beyond loopback without WORKER_API_KEY is refused unless this says the network is private.
     allow_open: bool = Field(default=False, alias="WORKER_ALLOW_OPEN")
 
-    # Request limits (WORKER_API.md).
+    # Request limits (docs/design/WORKER_API.md).
     max_prompt_chars: int = Field(default=8000, alias="MAX_PROMPT_CHARS")
     max_history_messages: int = Field(default=200, alias="MAX_HISTORY_MESSAGES")
     max_history_chars: int = Field(default=200_000, alias="MAX_HISTORY_CHARS")
@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     ocr_languages: str = Field(default="eng", pattern=r"^[A-Za-z_]+(\+[A-Za-z_]+)*$", alias="OCR_LANGUAGES")
     ocr_timeout_s: float = Field(default=300.0, gt=0, alias="OCR_TIMEOUT_S")
     max_pdf_pages: int = Field(default=2000, alias="MAX_PDF_PAGES", ge=1)
-    # Conversion runs in a child process (rag_worker/sandbox.py) with these bounds: address space one conversion
+    # Conversion runs in a child process (rag_worker/sandbox/) with these bounds: address space one conversion
     # may add to the converter's own (RLIMIT_AS), and wall-clock seconds.
     convert_max_memory_mb: int = Field(default=2048, alias="CONVERT_MAX_MEMORY_MB", ge=16)
     convert_timeout_s: float = Field(default=600.0, alias="CONVERT_TIMEOUT_S", gt=0)

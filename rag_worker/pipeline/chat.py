@@ -8,9 +8,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from contract.answer import Answer
+
 from ..errors import ApiError, NotFound
 from ..llm import CancelToken
-from ..schemas import ChatRequest
+from ..schemas import ChatRequest, option_defaults
 from ..services import Services
 from . import (
     citations,
@@ -33,16 +35,15 @@ log = logging.getLogger("rag_worker.pipeline")
 
 
 def resolve_options(services: Services, request: ChatRequest) -> TurnOptions:
-    o, s = request.options, services.settings
-    has_reranker = bool(s.reranker_model)
+    o, d = request.options, option_defaults(services.settings)
     return TurnOptions(
         route=o.route,
-        rewrite=True if o.rewrite is None else o.rewrite,
-        hyde=bool(o.hyde),
-        rerank=has_reranker if o.rerank is None else (o.rerank and has_reranker),
-        mode=o.mode or "hybrid",
-        top_k=o.top_k or s.top_k,
-        provenance=o.provenance or ("rerank" if has_reranker else "similarity"),
+        rewrite=d["rewrite"] if o.rewrite is None else o.rewrite,
+        hyde=d["hyde"] if o.hyde is None else o.hyde,
+        rerank=d["rerank"] if o.rerank is None else (o.rerank and d["rerank"]),
+        mode=o.mode or d["mode"],
+        top_k=o.top_k or d["top_k"],
+        provenance=o.provenance or d["provenance"],
         model=o.model,
         temperature=o.temperature,
         max_tokens=o.max_tokens,
@@ -231,7 +232,12 @@ def _retrieve(turn: Turn, src: Sources):
     yield turn.step("retrieving", f"Searching {scope} ({opts.mode})", opts.mode)
     with turn.timed("retrieve_ms"):
         hits = retrieve.search(turn, query, vector)
-    if opts.rerank:
+    if opts.rerank and turn.services.reranker is None:  # configured but broken: skipped, and said so
+        reason = turn.services.reranking.error
+        yield turn.step(
+            "reranking", "Reranking skipped: the reranker could not be loaded", "skipped", reason=reason
+        )
+    elif opts.rerank:
         yield turn.step("reranking", f"Reranking {len(hits)} passages")
         with turn.timed("rerank_ms"):
             hits = retrieve.rerank(turn, query, hits)
@@ -294,7 +300,7 @@ def _retry(turn: Turn, query: str, hits: list):
     return best, verdict, better if used else None
 
 
-def _answer(turn: Turn, reply: str, src: Sources, cited: list[dict]) -> dict:
+def _answer(turn: Turn, reply: str, src: Sources, cited: list[dict]) -> Answer:
     req, documents = turn.request, src.documents
     history = [m.model_dump() for m in req.history]
     history.append({"role": "user", "content": req.prompt})
@@ -304,7 +310,7 @@ def _answer(turn: Turn, reply: str, src: Sources, cited: list[dict]) -> dict:
         if injected != last_system:
             history.append({"role": "system", "content": injected})
     history.append({"role": "assistant", "content": reply})
-    return {
+    answer = {
         "reply": reply,
         "question": req.prompt,
         "rewritten": src.rewritten,
@@ -321,3 +327,4 @@ def _answer(turn: Turn, reply: str, src: Sources, cited: list[dict]) -> dict:
         "flags": turn.flags,
         "timings": turn.timings,
     }
+    return Answer.model_validate(answer)

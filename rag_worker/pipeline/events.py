@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.answer import Answer
+
 
 @dataclass
 class Step:
@@ -48,12 +50,12 @@ class Token:
 
 @dataclass
 class Done:
-    answer: dict
+    answer: Answer
     name = "done"
 
     @property
     def data(self) -> dict:
-        return self.answer
+        return self.answer.model_dump(mode="json", exclude_unset=True)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The utility model writes one SELECT from the tables' schema and a few sample rows; `validate` checks it with a
 real SQL parser (sqlglot, DuckDB dialect): one statement, a query and nothing else, only known tables, no table
 functions and no function that reads files, the environment or settings. The query then runs in a locked-down
-in-memory DuckDB (rag_worker/tables.py) under a row and a time limit. Its result becomes one document of kind
+in-memory DuckDB (rag_worker/tables/) under a row and a time limit. Its result becomes one document of kind
 `table` (with the query) that the generator answers from. Anything that fails says why, and the turn falls back
 to ordinary retrieval.
 """

@@ -1,4 +1,4 @@
-"""Document and index lifecycle: upload, list, download, delete, bulk (re)index, drop (WORKER_API.md).
+"""Document and index lifecycle: upload, list, download, delete, bulk (re)index, drop (docs/design/WORKER_API.md).
 
 Uploaded originals live at `uploads_dir/<index>/<dataset>/<filename>`; that folder is also what `POST /index`
 indexes, so a rebuild re-reads exactly what was uploaded. An upload is written to a private temporary file
@@ -11,22 +11,25 @@ import logging
 import uuid
 from pathlib import Path
 
-from flask import Blueprint, jsonify, request, send_file
+from flask import jsonify, request, send_file
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from ..errors import ApiError, BadRequest, DocumentNotFound, IndexNotFound, PayloadTooLarge
 from ..ingest import overviews, removal
 from ..ingest.document import ingest_file, ingest_steps, uploads_path
 from ..ingest.folder import index_folder
 from ..ingest.formats import kind_of
 from ..ingest.records import Progress, stage_detail
 from ..names import check_filename, check_name
+from ..openapi import FILENAME_SCHEMA, NAME_SCHEMA, json_content, path_param, query_param, sse
+from ..responses import Added, Deleted, Dropped, FileInfo
 from ..schemas import FileName, Name, parse
 from ..services import Services
 from ..sse import frame, sse_response
 from . import json_body, services
+from .table import Routes
 
-bp = Blueprint("documents", __name__)
+routes = Routes("documents", __name__)
 log = logging.getLogger("rag_worker")
 
 INCOMING = ".incoming"  # not a valid index name, so never mistaken for an index's uploads folder
@@ -49,13 +52,42 @@ class IndexRequest(_Body):
     prune: bool = False
 
 
+INDEX_Q = query_param("index", required=False)
+UPLOAD = {
+    "multipart/form-data": {
+        "schema": {
+            "type": "object",
+            "required": ["file"],
+            "properties": {
+                "file": {"type": "string", "format": "binary"},
+                "dataset": NAME_SCHEMA,
+                "index": NAME_SCHEMA,
+                # The file's name, when the multipart header can't carry it verbatim (it wins over it).
+                "filename": FILENAME_SCHEMA,
+            },
+        }
+    }
+}
+UPLOAD_EVENTS = sse(
+    "progress {file, dataset, stage, done, total} as each stage starts (converting, chunking, "
+    "embedding, writing; ocr after each scanned page read, with ocr {page, done, total}), then done "
+    "(Added) or error (ErrorBody)",
+    ["progress", "done", "error"],
+)
+INDEX_EVENTS = sse(
+    "progress {file, dataset, done, total, stage} (stage ocr: one per scanned page read, with ocr {page, done, "
+    "total}), then done {documents, chunks, seconds, unchanged, failed} or error (ErrorBody)",
+    ["progress", "done", "error"],
+)
+
+
 def read_index_arg() -> str:
     return check_name(request.args.get("index", "default"), "index")
 
 
 def require_index(svc: Services, index: str) -> None:
     if not svc.store.exists(index):
-        raise NotFound(f"index '{index}' does not exist", code="index_not_found", field="index")
+        raise IndexNotFound(f"index '{index}' does not exist")
 
 
 def save_upload(svc: Services, storage, suffix: str) -> Path:
@@ -80,7 +112,16 @@ def save_upload(svc: Services, storage, suffix: str) -> Path:
     return tmp
 
 
-@bp.post("/add_document")
+@routes.post(
+    "/add_document",
+    "Upload and index one file",
+    body=UPLOAD,
+    answer=Added,
+    # With `Accept: text/event-stream`: progress as each stage starts, then done (the JSON answer).
+    also=UPLOAD_EVENTS,
+    # 422: the file broke CONVERT_MAX_MEMORY_MB / CONVERT_TIMEOUT_S or could not be converted.
+    errors=(400, 404, 409, 413, 415, 422),
+)
 def add_document():
     svc = services()
     storage = request.files.get("file")
@@ -137,17 +178,29 @@ def ingest_events(svc: Services, index: str, dataset: str, tmp: Path, filename: 
         tmp.unlink(missing_ok=True)
 
 
-@bp.get("/get_documents")
+@routes.get("/get_documents", "Files of an index", answer=[FileInfo], params=(INDEX_Q,), errors=(400, 404))
 def get_documents():
     return jsonify(services().store.list_documents(read_index_arg()))
 
 
-@bp.get("/get_datasets")
+@routes.get(
+    "/get_datasets",
+    "Dataset names of an index",
+    answer=json_content({"type": "array", "items": {"type": "string"}}),
+    params=(INDEX_Q,),
+    errors=(400, 404),
+)
 def get_datasets():
     return jsonify(services().store.list_datasets(read_index_arg()))
 
 
-@bp.get("/get_document")
+@routes.get(
+    "/get_document",
+    "Download an original file (always an attachment)",
+    answer={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    params=(INDEX_Q, query_param("dataset", False), query_param("filename", True, FILENAME_SCHEMA)),
+    errors=(400, 404),
+)
 def get_document():
     svc = services()
     index = read_index_arg()
@@ -156,18 +209,20 @@ def get_document():
     require_index(svc, index)
     path = uploads_path(svc, index, dataset, filename)
     if not path.is_file():
-        raise NotFound(
-            f"no document '{filename}' in dataset '{dataset}' of index '{index}'",
-            code="document_not_found",
-            field="filename",
-        )
+        raise DocumentNotFound(index, dataset, filename)
     # Always an attachment: an uploaded HTML file must never run as a page of the worker's origin.
     resp = send_file(path, as_attachment=True, download_name=filename, conditional=True)
     resp.headers["X-Content-Type-Options"] = "nosniff"
     return resp
 
 
-@bp.post("/delete")
+@routes.post(
+    "/delete",
+    "Remove one file: its rows, vectors and full-text entries",
+    body=DeleteRequest,
+    answer=Deleted,
+    errors=(400, 404),
+)
 def delete():
     svc = services()
     req = parse(DeleteRequest, json_body())
@@ -178,15 +233,17 @@ def delete():
     had_original = uploads_path(svc, index, dataset, filename).is_file()
     count = removal.delete_document(svc, index, dataset, filename)
     if count == 0 and not had_original:
-        raise NotFound(
-            f"no document '{filename}' in dataset '{dataset}' of index '{index}'",
-            code="document_not_found",
-            field="filename",
-        )
+        raise DocumentNotFound(index, dataset, filename)
     return jsonify({"count": count})
 
 
-@bp.post("/index")
+@routes.post(
+    "/index",
+    "(Re)build an index from shared_uploads/<index>/",
+    body=IndexRequest,
+    answer=INDEX_EVENTS,
+    errors=(400, 404, 409),
+)
 def index_uploads():
     svc = services()
     req = parse(IndexRequest, json_body())
@@ -194,11 +251,7 @@ def index_uploads():
     folder = svc.settings.uploads_dir / index
     if not folder.is_dir():
         if not svc.store.exists(index):
-            raise NotFound(
-                f"index '{index}' has no uploads folder ({folder}) and no table",
-                code="index_not_found",
-                field="index",
-            )
+            raise IndexNotFound(f"index '{index}' has no uploads folder ({folder}) and no table")
         folder.mkdir(parents=True, exist_ok=True)
     if not req.rebuild and svc.store.exists(index):
         svc.store.check_compatible(index)  # 409 as JSON, before the stream starts
@@ -219,12 +272,18 @@ def index_uploads():
     return sse_response(frames(), svc.settings.keepalive_s)
 
 
-@bp.delete("/indexes/<index>")
+@routes.delete(
+    "/indexes/<index>",
+    "Drop an index and its overviews",
+    answer=Dropped,
+    params=(path_param("index"),),
+    errors=(400, 404),
+)
 def drop_index(index: str):
     svc = services()
     index = check_name(index, "index")
     had_overviews = overviews.overviews_path(svc.settings, index).exists()
     existed = removal.drop_index(svc, index)
     if not existed and not had_overviews:
-        raise NotFound(f"index '{index}' does not exist", code="index_not_found", field="index")
+        raise IndexNotFound(f"index '{index}' does not exist")
     return jsonify({"index": index, "dropped": True})

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import logging
 
-from flask import Blueprint, jsonify
+from flask import current_app, jsonify
 
 from .. import __version__
-from ..openapi import spec
+from ..openapi import json_content, spec
 from ..pipeline.prompts import DEFAULTS
+from ..responses import Config, Health
+from ..schemas import option_defaults
 from ..security import mask_credentials
 from . import has_valid_key, services
+from .table import Routes
 
-bp = Blueprint("meta", __name__)
+routes = Routes("meta", __name__)
+OPERATIONS = "operations"  # app.extensions key: every route's Operation, in registration order
 log = logging.getLogger("rag_worker")
 
 
@@ -28,7 +32,13 @@ def converters_health(settings) -> dict:
     return state
 
 
-@bp.get("/health")
+@routes.get(
+    "/health",
+    "Readiness of the LLM, embedder and store (503 when not ready)",
+    answer=Health,
+    errors=(503,),
+    open=True,
+)
 def health():
     """Open to all, so probes need no key; but with a key set, only callers that send it see the details."""
     body, status = _health()
@@ -53,7 +63,7 @@ def _health() -> tuple[dict, int]:
     except Exception as exc:
         body["store"] = {"ok": False, "error": str(exc)}
     body["reranker"] = (
-        {"model": svc.settings.reranker_model}
+        svc.reranking.health()
         if svc.settings.reranker_model
         else {
             "model": None,
@@ -69,32 +79,27 @@ def _health() -> tuple[dict, int]:
     if not llm_ok:
         body["status"] = "degraded"
         return body, 503
+    if body["reranker"].get("ok") is False:  # turns still answer, in the fusion's order: ready, but worse
+        body["status"] = "degraded"
+        body["degraded"] = ["reranker"]
     return body, 200
 
 
-@bp.get("/config")
+@routes.get("/config", "Effective defaults, secrets redacted", answer=Config, errors=())
 def config():
     svc = services()
     s = svc.settings
     return jsonify(
         {
             "settings": s.public_dict(),
-            "defaults": {
-                "route": "auto",
-                "rewrite": True,
-                "hyde": False,
-                "rerank": bool(s.reranker_model),
-                "mode": "hybrid",
-                "top_k": s.top_k,
-                "provenance": "rerank" if s.reranker_model else "similarity",
-                "temperature": None,
-            },
+            "defaults": option_defaults(s),
             "prompts": DEFAULTS,
             "reranker": s.reranker_model or None,
         }
     )
 
 
-@bp.get("/openapi.json")
+@routes.get("/openapi.json", "This document", answer=json_content({"type": "object"}), errors=())
 def openapi():
-    return jsonify(spec(auth_required=services().settings.worker_api_key is not None))
+    operations = current_app.extensions[OPERATIONS]
+    return jsonify(spec(operations, auth_required=services().settings.worker_api_key is not None))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, jsonify
+from flask import jsonify
 
 from ..openai_compat import (
     ChatCompletionRequest,
@@ -15,33 +15,57 @@ from ..openai_compat import (
     model_ids,
     to_chat_request,
 )
-from ..pipeline.chat import prepare, run_turn
-from ..schemas import check_chat_limits, parse
+from ..openapi import path_param, sse
+from ..pipeline.chat import run_turn
+from ..responses import ChatCompletion, ModelCard, ModelList, OpenAIError
+from ..schemas import parse
 from ..sse import sse_response
 from . import json_body, services
+from .chat import start_turn
+from .table import Routes
 
-bp = Blueprint("v1", __name__, url_prefix="/v1")
+routes = Routes("v1", __name__, url_prefix="/v1")
+COMPLETION_CHUNKS = sse("chat.completion.chunk objects, the last one carrying `rag` (Answer), then [DONE]")
 
 
-@bp.get("/models")
+@routes.get(
+    "/models",
+    "OpenAI model list: `direct` and `rag/<index>` per index",
+    answer=ModelList,
+    errors=(),
+    error=OpenAIError,
+)
 def list_models():
     now = int(time.time())
     return jsonify({"object": "list", "data": [model_card(m, now) for m in model_ids(services())]})
 
 
-@bp.get("/models/<path:model>")
+@routes.get(
+    "/models/<path:model>",
+    "One OpenAI model",
+    answer=ModelCard,
+    error=OpenAIError,
+    errors=(404,),
+    params=(path_param("model", {"type": "string"}),),
+)
 def get_model(model: str):
     index_of(services(), model)  # 404 for a model that does not exist
     return jsonify(model_card(model, int(time.time())))
 
 
-@bp.post("/chat/completions")
+@routes.post(
+    "/chat/completions",
+    "OpenAI chat completion over an index (`stream: true`: chunks)",
+    body=ChatCompletionRequest,
+    answer=ChatCompletion,
+    also=COMPLETION_CHUNKS,
+    error=OpenAIError,
+    errors=(400, 404, 409, 413, 503),
+)
 def chat_completions():
     svc = services()
     req = parse(ChatCompletionRequest, json_body())
-    chat_request = to_chat_request(svc, req)
-    check_chat_limits(chat_request, svc.settings)
-    turn = prepare(svc, chat_request)  # 4xx before the stream starts, as JSON in OpenAI's shape
+    turn = start_turn(to_chat_request(svc, req))  # 4xx and 503 before the stream starts, in OpenAI's shape
     if req.stream:
         return sse_response(chunks(req.model, run_turn(turn)), svc.settings.keepalive_s)
     return jsonify(completion(req.model, run_turn(turn)))

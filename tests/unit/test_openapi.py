@@ -7,16 +7,24 @@ import re
 
 import jsonschema
 
-from rag_worker.openapi import spec
+from rag_worker import openapi
+from rag_worker.app import create_app
+from rag_worker.routes.meta import OPERATIONS
+from rag_worker.settings import Settings
+
+
+def app():
+    return create_app(Settings(INDEX_STORE="/nonexistent-never-created"))
+
+
+def spec(auth_required: bool = True) -> dict:
+    """The document a worker serves at /openapi.json, assembled from its registered routes."""
+    return openapi.spec(app().extensions[OPERATIONS], auth_required=auth_required)
 
 
 def served_routes() -> set[str]:
     """Every path the worker's app serves, in OpenAPI's spelling (`/indexes/{index}`)."""
-    from rag_worker.app import create_app
-    from rag_worker.settings import Settings
-
-    app = create_app(Settings(INDEX_STORE="/nonexistent-never-created"))
-    rules = {r.rule for r in app.url_map.iter_rules() if r.endpoint != "static"}
+    rules = {r.rule for r in app().url_map.iter_rules() if r.endpoint != "static"}
     return {re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule) for rule in rules}
 
 

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from rag_worker.errors import Unavailable
-from rag_worker.rerank import Reranker
+from rag_worker.rerank import Reranker, RerankerSlot
 from tests.tiny_models import build_cross_encoder
 
 
@@ -69,3 +69,19 @@ def test_missing_model_is_a_503(tmp_path):
     with pytest.raises(Unavailable) as info:
         Reranker(str(tmp_path / "absent"))
     assert info.value.status == 503
+
+
+def test_a_model_that_cannot_load_is_skipped_and_reported_before_any_turn(tmp_path):
+    nli = RerankerSlot(str(build_cross_encoder(tmp_path / "nli", 3)))
+    assert nli.health()["ok"] is False and "3 labels" in nli.health()["error"]  # read from its config only
+    assert nli.get() is None and "3 labels" in nli.error
+    absent = RerankerSlot(str(tmp_path / "absent"))
+    assert absent.get() is None and "absent" in absent.error
+    assert absent.health() == {"ok": False, "model": str(tmp_path / "absent"), "error": absent.error}
+
+
+def test_a_working_model_is_reported_ok_and_loaded_on_first_use(tmp_path):
+    slot = RerankerSlot(str(build_cross_encoder(tmp_path / "ce", 1)))
+    assert slot.health() == {"ok": True, "model": slot.model, "loaded": False}
+    assert slot.get() is slot.get() is not None
+    assert slot.health()["loaded"] is True

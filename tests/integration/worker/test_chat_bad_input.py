@@ -64,15 +64,36 @@ def test_non_object_bodies_are_400(worker, raw):
 def test_unknown_fields_are_ignored(worker, fake_ollama):
     resp = httpx.post(
         worker.url + "/chat",
-        json={
-            "prompt": "hello",
-            "index": "corpus",
-            "mood": "happy",
-            "options": {"route": "direct", "colour": "blue"},
-        },
+        json={"prompt": "hello", "index": "corpus", "mood": "happy", "options": {"route": "direct"}},
         timeout=60,
     )
     assert resp.status_code == 200 and resp.json()["route"] == "direct"
+
+
+@pytest.mark.parametrize("route", ["/chat", "/chat_stream"])
+@pytest.mark.parametrize(
+    ("key", "hint"), [("topK", "top_k"), ("TOP-K", "top_k"), ("answerMode", "answer_mode"), ("colour", None)]
+)
+def test_an_unknown_option_is_refused_naming_it(worker, route, key, hint):
+    """An option the worker does not know would otherwise be dropped without a word: `topK: 3` ran with 5."""
+    body = {"prompt": "hello", "index": "corpus", "options": {"route": "direct", key: 3}}
+    resp = httpx.post(worker.url + route, json=body, timeout=30)
+    assert resp.status_code == 400, resp.text
+    err = resp.json()
+    assert err["field"] == f"options.{key}" and err["code"] == "unknown_option"
+    assert key in err["error"]
+    if hint:
+        assert f"did you mean '{hint}'" in err["error"]
+    else:
+        assert "did you mean" not in err["error"] and "top_k" in err["error"], "it lists the known options"
+
+
+def test_an_unknown_option_is_refused_on_the_openai_route_too(worker):
+    body = {"model": "direct", "messages": [{"role": "user", "content": "hi"}], "options": {"topK": 3}}
+    resp = httpx.post(worker.url + "/v1/chat/completions", json=body, timeout=30)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == "options.topK" and "did you mean 'top_k'" in error["message"]
 
 
 def test_oversized_raw_body_is_413(worker):

@@ -113,6 +113,15 @@ def test_queued_step_then_503_with_retry_after_when_the_line_is_full(
             body = resp.json()
             assert body["code"] == "busy" and "MAX_QUEUED_TURNS" in body["error"]
             assert int(resp.headers["Retry-After"]) >= 1 and body["retry_after_s"] >= 1
+        # OpenAI clients are told the same, in OpenAI's shape, streamed or not: the SDKs retry a 503 after
+        # its Retry-After.
+        for stream in (False, True):
+            ask = {"model": "rag/corpus", "messages": [{"role": "user", "content": "What do ducks eat?"}]}
+            resp = httpx.post(url + "/v1/chat/completions", json={**ask, "stream": stream}, timeout=60)
+            assert resp.status_code == 503, resp.text
+            error = resp.json()["error"]
+            assert error["code"] == "busy" and error["type"] == "server_error"
+            assert "MAX_QUEUED_TURNS" in error["message"] and int(resp.headers["Retry-After"]) >= 1
         # Through the gateway the browser gets the same clear 503 (not a 502) and the worker's Retry-After; the
         # failed turn is stored as such and the chat is free again.
         api, user, index = gateway_api
