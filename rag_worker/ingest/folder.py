@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import ApiError
+from ..errors import ApiError, EmbedderMismatch
 from ..names import check_filename, check_name
 from ..runtime import offload
 from . import attachments
@@ -220,9 +220,9 @@ class LocalEngine:
                     break
                 ocr = stage_detail(stage).get("ocr")
                 yield Progress(job.label, run.finished, run.total, str(stage), job.dataset, ocr=ocr)
+        except EmbedderMismatch:
+            raise
         except ApiError as err:
-            if err.code == "embedder_mismatch":
-                raise
             yield run.fail(job.label, job.dataset, err.code, err.message)
             return
         except Exception as exc:  # one bad file never stops the batch
@@ -281,9 +281,9 @@ class LocalEngine:
         """The whole batch in one commit; None when that failed (but not for an embedder mismatch)."""
         try:
             return write_batch(self.services, self.target, items, compact=False)
-        except ApiError as err:
-            if err.code == "embedder_mismatch":
-                raise
+        except EmbedderMismatch:
+            raise
+        except ApiError:
             return None
         except Exception:
             log.exception("writing a batch of %d files failed; writing them one by one", len(items))
@@ -296,9 +296,9 @@ class LocalEngine:
         for label, (prep, vectors) in zip(labels, items, strict=True):
             try:
                 result = write_prepared(self.services, self.target, prep, vectors)
+            except EmbedderMismatch:
+                raise
             except ApiError as err:
-                if err.code == "embedder_mismatch":
-                    raise
                 yield run.fail(label, prep.dataset, err.code, err.message)
                 continue
             except Exception as exc:
