@@ -43,6 +43,8 @@ class WorkerClient:
             resp = await self.http.request(method, path, **kwargs, **extra)
         except httpx.TransportError as exc:
             raise unreachable(self.settings.worker_url, exc) from None
+        except httpx.HTTPError as exc:  # an answer that cannot be read (a broken content encoding)
+            raise WorkerFailed(f"the worker's answer could not be read ({type(exc).__name__})") from None
         if resp.status_code >= 400:
             raise worker_error(resp, resp.content)
         if not resp.content:
