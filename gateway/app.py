@@ -11,13 +11,14 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
-from . import accounts, builds, chats, lifecycle, meta, openapi
+from . import accounts, chats, lifecycle, meta, openapi
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
 from .errors import HANDLERS
 from .fallback import fallback_for
 from .headers import SecurityHeaders
+from .indexes import builds
 from .indexes import routes as indexes
 from .limits import BodyLimit
 from .proxy import ProxyHeaders

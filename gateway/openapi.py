@@ -119,10 +119,10 @@ def spec(app_routes: Iterable[BaseRoute], settings: Settings | None = None) -> d
         "info": {
             "title": "rag-chat gateway",
             "version": "1",
-            "description": "Accounts, chats and indexes for the web chat and scripts; see GATEWAY_API.md. "
-            "Sign in with `Authorization: Bearer <token>` (from register or login) or the HttpOnly "
-            f"`{COOKIE}` cookie the web gets; a change signed in by the cookie must come from this site "
-            "(its Origin header).",
+            "description": "Accounts, chats and indexes for the web chat and scripts; see "
+            "docs/design/GATEWAY_API.md. Sign in with `Authorization: Bearer <token>` (from register or login) "
+            f"or the HttpOnly `{COOKIE}` cookie the web gets; a change signed in by the cookie must come from "
+            "this site (its Origin header).",
         },
         "components": {
             "schemas": components,

@@ -83,6 +83,14 @@ def worker_error(resp: httpx.Response, body: bytes) -> ApiError:
     return WorkerFailed(message, code=code or "worker_error")
 
 
+def event_error(data: dict) -> WorkerFailed:
+    """The worker's `error` event (a failure after its stream began): a 503 when the worker names a part that is
+    unavailable (`llm_unavailable`, `embedder_unavailable`), a 502 otherwise."""
+    message = str(data.get("error") or "the worker failed")
+    code = str(data.get("code") or "worker_error")
+    return WorkerFailed(message, code=code, status=503 if "unavailable" in code else 502)
+
+
 def unreachable(worker_url: str, exc: Exception) -> WorkerUnavailable:
     return WorkerUnavailable(f"the worker at {worker_url} is unreachable ({type(exc).__name__})")
 

@@ -7,6 +7,7 @@ file (one writer, no double copy), the gateway keeps the record in its database.
 worker table, the folder and the rows.
 
 routes.py (the index and document routes), uploads.py (an upload, as JSON or as its indexing's events),
-records.py (owned rows and their JSON), names.py (table, dataset and file names), reconcile.py (the rows made
-to match the worker's table), demo.py (the first user's `demo` index).
+records.py (owned rows and their JSON), names.py (table, dataset and file names), builds.py (a (re)build
+that outlives its page), reconcile.py (the rows made to match the worker's table), demo.py (the first user's
+`demo` index).
 """

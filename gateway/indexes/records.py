@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sqlmodel import Session, col, func, select
 
+from ..context import Context
 from ..db import Index, IndexDocument, iso, utcnow
 from ..errors import NotFound
 from ..responses import DocumentOut, IndexFull, IndexOut
@@ -14,6 +15,12 @@ def owned_index(s: Session, owner_id: int, index_id: int) -> Index:
     if index is None or index.owner_id != owner_id:
         raise NotFound(f"no index {index_id}", code="index_not_found")
     return index
+
+
+def read_owned_index(c: Context, owner_id: int, index_id: int) -> Index:
+    """`owned_index` in a session of its own (for `in_thread`)."""
+    with c.db.session() as s:
+        return owned_index(s, owner_id, index_id)
 
 
 def owned_document(s: Session, index: Index, document_id: int) -> IndexDocument:

@@ -21,7 +21,7 @@ from ..schemas import NAME_RE, IndexCreate, IndexUpdate
 from ..streams import WorkerNotFound
 from .names import content_disposition, worker_table_name
 from .reconcile import confirm_gone
-from .records import datasets_of, index_json, owned_document, owned_index, refresh_counts
+from .records import datasets_of, index_json, owned_document, owned_index, read_owned_index, refresh_counts
 from .uploads import upload_document
 
 
@@ -107,11 +107,7 @@ def _uploads_folder(c: Context, index: Index) -> Path | None:
 async def delete_index(request: Request) -> Response:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
-    def load() -> Index:
-        with c.db.session() as s:
-            return owned_index(s, user.id, index_id)
-
-    index = await in_thread(load)
+    index = await in_thread(read_owned_index, c, user.id, index_id)
     # A table never built is fine; any other failure leaves everything as it was.
     with contextlib.suppress(WorkerNotFound):
         await c.worker.drop_index(index.worker_name)

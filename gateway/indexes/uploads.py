@@ -16,13 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
 from ..context import Context, ctx, current_user, in_thread, path_id
-from ..db import Index, IndexDocument, utcnow
+from ..db import IndexDocument, utcnow
 from ..errors import BadRequest, NotFound, PayloadTooLarge
 from ..responses import UploadedDocument
 from ..sse import event_response, frame
 from ..streams import WorkerStreamBroken
 from .names import check_dataset, check_filename
-from .records import document_json, owned_index, refresh_counts
+from .records import document_json, owned_index, read_owned_index, refresh_counts
 
 log = logging.getLogger("gateway.uploads")
 
@@ -46,11 +46,9 @@ async def read_upload(request: Request, c: Context) -> tuple[UploadFile, str]:
 async def upload_document(request: Request) -> JSONResponse:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
-    def load() -> Index:
-        with c.db.session() as s:
-            return owned_index(s, user.id, index_id)
-
-    index = await in_thread(load)  # before reading the body: another user's index is a 404, not a 413
+    index = await in_thread(
+        read_owned_index, c, user.id, index_id
+    )  # before reading the body: another user's index is a 404, not a 413
     upload, dataset = await read_upload(request, c)
     filename = check_filename(upload.filename)
     content = await upload.read()

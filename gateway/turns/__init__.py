@@ -1,8 +1,8 @@
 """Chat turns: gate, call the worker's /chat_stream, relay its events as they arrive, persist the finished turn.
 
 The worker is read by a background task that feeds a queue; the browser's response drains that queue. So a
-browser that goes away stops only the draining: the turn is still read to its end and stored (docs/design/ARCHITECTURE.md,
-principle 2). One turn per chat at a time: the chat row carries a lock (`turn_started_at`), which holds across
+browser that goes away stops only the draining: the turn is still read to its end and stored
+(docs/design/ARCHITECTURE.md, principle 2). One turn per chat at a time: the chat row carries a lock (`turn_started_at`), which holds across
 gateway replicas because it lives in the shared database.
 
 The turn is written ahead (gateway/lifecycle.py): both messages are stored before the worker is called, the

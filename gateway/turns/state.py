@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from ..sse import Frame, Listeners
+from ..streams import event_error
 from ..worker_answer import WorkerAnswer, read_answer
 
 
@@ -56,11 +57,9 @@ class TurnRecord:
             if problem:
                 self.error = {"error": problem, "code": "worker_contract"}
         elif f.event == "error":
-            self.error = {
-                "error": str(data.get("error") or "the worker failed"),
-                "code": str(data.get("code") or "worker_error"),
-            }
-            self.error_status = 503 if "unavailable" in self.error["code"] else 502
+            failed = event_error(data)
+            self.error = {"error": failed.message, "code": failed.code}
+            self.error_status = failed.status
 
     @property
     def partial_reply(self) -> str:

@@ -16,15 +16,15 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .context import Context, ctx, current_user, in_thread, path_id, read_json
-from .db import Index
-from .errors import NotFound
-from .indexes.reconcile import sync_documents
-from .indexes.records import owned_index
-from .routing import WORKER, ApiRoute, Operation, event_stream
-from .schemas import BuildRequest
-from .sse import Listeners, drain, event_response, frame
-from .streams import WorkerStream, WorkerStreamBroken
+from ..context import Context, ctx, current_user, in_thread, path_id, read_json
+from ..db import Index
+from ..errors import NotFound
+from ..routing import WORKER, ApiRoute, Operation, event_stream
+from ..schemas import BuildRequest
+from ..sse import Listeners, drain, event_response, frame
+from ..streams import WorkerStream, WorkerStreamBroken
+from .reconcile import sync_documents
+from .records import owned_index, read_owned_index
 
 log = logging.getLogger("gateway.builds")
 
@@ -120,11 +120,7 @@ async def start_build(request: Request) -> Response:
 async def rejoin_build(request: Request) -> Response:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
-    def load() -> Index:
-        with c.db.session() as s:
-            return owned_index(s, user.id, index_id)
-
-    index = await in_thread(load)
+    index = await in_thread(read_owned_index, c, user.id, index_id)
     handle = c.builds.get(index.id)
     if handle is not None:
         snapshot = frame("snapshot", handle.snapshot())
@@ -139,7 +135,7 @@ async def rejoin_build(request: Request) -> Response:
         while current.status == "building":
             await asyncio.sleep(POLL_S)
             try:
-                current = await in_thread(load)
+                current = await in_thread(read_owned_index, c, user.id, index_id)
             except NotFound:
                 yield frame("error", {"error": "the index was deleted", "code": "index_not_found"})
                 return
