@@ -13,13 +13,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, func, select, update
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from .auth import hash_password, issue_token, verify_password
 from .context import Context, admin_user, ctx, current_user, in_thread, path_id, read_json
 from .db import Database, User, iso
 from .errors import Conflict, Forbidden, NotFound, Unauthorized
 from .responses import AccountOut, SessionOut, SignedIn, UserOut
+from .routing import ApiRoute, Operation
 from .schemas import Credentials, PasswordChange, Registration, UserUpdate
 from .sessions import COOKIE, check_origin, clear_session_cookie, set_session_cookie
 
@@ -91,7 +91,7 @@ async def register(request: Request) -> JSONResponse:
     password_hash = await in_thread(hash_password, body.password)
     user = await in_thread(create_user, c.db, body.username, password_hash)
     if user.first_admin:
-        from .indexes import adopt_demo_index
+        from .indexes.demo import adopt_demo_index
 
         await adopt_demo_index(c, user.id)
     return _signed_in(request, c, user, {}, status=201)
@@ -125,7 +125,7 @@ async def login(request: Request) -> JSONResponse:
     if user.disabled:
         raise Forbidden("this account has been disabled by an administrator", code="account_disabled")
     if user.first_admin:
-        from .indexes import adopt_demo_index
+        from .indexes.demo import adopt_demo_index
 
         await adopt_demo_index(c, user.id)  # an admin made by create-admin has not met the demo yet
     return _signed_in(request, c, user, {})
@@ -229,12 +229,84 @@ async def update_user(request: Request) -> JSONResponse:
 
 
 routes = [
-    Route("/api/auth/register", register, methods=["POST"]),
-    Route("/api/auth/login", login, methods=["POST"]),
-    Route("/api/auth/logout", logout, methods=["POST"]),
-    Route("/api/auth/password", change_password, methods=["POST"]),
-    Route("/api/auth/me", me, methods=["GET"]),
-    Route("/api/auth/session", session_user, methods=["GET"]),
-    Route("/api/users", list_users, methods=["GET"]),
-    Route("/api/users/{id:int}", update_user, methods=["PATCH"]),
+    ApiRoute(
+        "POST",
+        "/api/auth/register",
+        register,
+        Operation(
+            "Create an account (the first one is the administrator) and sign in",
+            Registration,
+            SignedIn,
+            status=201,
+            errors=(403, 409, 429),
+            public=True,
+            tag="accounts",
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/api/auth/login",
+        login,
+        Operation(
+            "Sign in: the token in the body (scripts) and the HttpOnly session cookie (the web)",
+            Credentials,
+            SignedIn,
+            errors=(401, 403, 429),
+            public=True,
+            tag="accounts",
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/api/auth/logout",
+        logout,
+        Operation(
+            "End every session of the signed-in user; clears the cookie in any case",
+            status=204,
+            public=True,
+            tag="accounts",
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/api/auth/password",
+        change_password,
+        Operation(
+            "Change the password: every other session ends, this one gets a fresh token",
+            PasswordChange,
+            SignedIn,
+            errors=(403, 429),
+            tag="accounts",
+        ),
+    ),
+    ApiRoute("GET", "/api/auth/me", me, Operation("The signed-in user", answer=UserOut, tag="accounts")),
+    ApiRoute(
+        "GET",
+        "/api/auth/session",
+        session_user,
+        Operation(
+            "Who this browser is signed in as (`user: null` when nobody)",
+            answer=SessionOut,
+            public=True,
+            tag="accounts",
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/users",
+        list_users,
+        Operation("Every account (administrators)", answer=[AccountOut], tag="accounts"),
+    ),
+    ApiRoute(
+        "PATCH",
+        "/api/users/{id:int}",
+        update_user,
+        Operation(
+            "Disable or re-enable an account (administrators); disabling ends its sessions",
+            UserUpdate,
+            AccountOut,
+            errors=(404, 409),
+            tag="accounts",
+        ),
+    ),
 ]

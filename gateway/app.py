@@ -11,17 +11,20 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
-from . import accounts, builds, chats, indexes, meta, openapi, turns
+from . import accounts, chats, lifecycle, meta, openapi
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
 from .errors import HANDLERS
 from .fallback import fallback_for
 from .headers import SecurityHeaders
+from .indexes import builds
+from .indexes import routes as indexes
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
 from .quotas import TurnSlots
 from .settings import Settings
+from .turns import routes as turns
 from .web import WebFiles
 from .worker_client import WorkerClient
 
@@ -65,7 +68,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
             turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
         )
         # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
-        sweeper = asyncio.create_task(turns.sweep_forever(app.state.ctx), name="turn-sweeper")
+        sweeper = asyncio.create_task(
+            lifecycle.sweep_forever(db, settings.turn_lock_stale_s), name="turn-sweeper"
+        )
         try:
             yield
         finally:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from sqlmodel import Session, col, delete, select
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from . import lifecycle
 from .context import ctx, current_user, in_thread, path_id, read_json
 from .db import Chat, ChatIndex, Index, Message, iso, utcnow
 from .errors import NotFound
 from .responses import ChatFull, ChatSummary, MessageOut
+from .routing import ApiRoute, Operation, each
 from .schemas import ChatCreate, ChatUpdate
 
 
@@ -191,10 +191,54 @@ async def delete_chat(request: Request) -> Response:
     return Response(status_code=204)
 
 
+# What a new chat's id opens (OpenAPI links: operationIds).
+CHAT_OPS = [
+    "get_api_chats_id",
+    "patch_api_chats_id",
+    "post_api_chats_id_messages",
+    "post_api_chats_id_messages_stream",
+    "post_api_chats_id_stop",
+    "get_api_chats_id_stream",
+    "delete_api_chats_id",
+]
+
 routes = [
-    Route("/api/chats", list_chats, methods=["GET"]),
-    Route("/api/chats", create_chat, methods=["POST"]),
-    Route("/api/chats/{id:int}", get_chat, methods=["GET"]),
-    Route("/api/chats/{id:int}", update_chat, methods=["PATCH"]),
-    Route("/api/chats/{id:int}", delete_chat, methods=["DELETE"]),
+    ApiRoute(
+        "GET",
+        "/api/chats",
+        list_chats,
+        Operation("The user's chats, newest first", answer=[ChatSummary], tag="chats"),
+    ),
+    ApiRoute(
+        "POST",
+        "/api/chats",
+        create_chat,
+        Operation(
+            "A new chat, optionally linked to indexes",
+            ChatCreate,
+            ChatFull,
+            status=201,
+            errors=(404,),
+            tag="chats",
+            links=each(CHAT_OPS, {"id": "$response.body#/id"}),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/chats/{id:int}",
+        get_chat,
+        Operation("A chat with its messages and state", answer=ChatFull, errors=(404,)),
+    ),
+    ApiRoute(
+        "PATCH",
+        "/api/chats/{id:int}",
+        update_chat,
+        Operation("Rename, relink or rescope a chat", ChatUpdate, ChatFull, errors=(404,), tag="chats"),
+    ),
+    ApiRoute(
+        "DELETE",
+        "/api/chats/{id:int}",
+        delete_chat,
+        Operation("Delete a chat", status=204, errors=(404,), tag="chats"),
+    ),
 ]

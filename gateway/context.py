@@ -42,7 +42,7 @@ class Context:
     # This process's name as a turn owner (gateway/lifecycle.py), and its running turns by chat id.
     replica: str = field(default_factory=lambda: uuid.uuid4().hex)
     turns: dict[int, Any] = field(default_factory=dict)
-    # Index builds this process runs (gateway/builds.py), by index id.
+    # Index builds this process runs (gateway/indexes/builds.py), by index id.
     builds: dict[int, Any] = field(default_factory=dict)
 
 

@@ -8,16 +8,19 @@ a turn (start-up sweep, periodic sweep, a new message, a read of the chat, stop,
 with its partial text and releases the chat. A stop asked for on any replica is written to `turn_stop_at`; the
 owner reads it with its heartbeat and acts on it.
 
-Everything here is synchronous SQL for a thread (context.in_thread), portable between SQLite and Postgres.
+Everything here is synchronous SQL for a thread (context.in_thread), portable between SQLite and Postgres, but
+the sweep that runs `recover_stale` periodically.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session, col, select, update
 
+from .context import in_thread
 from .db import Chat, Database, Message, utcnow
 
 log = logging.getLogger("gateway.lifecycle")
@@ -128,8 +131,8 @@ def save_progress(
     """The owner's periodic write: the heartbeat and the answer so far (only what changed), nothing when the turn
     is no longer this one's. Returns (still_owned, stop_requested).
 
-    The chat row is written before the message, the order in which the turn's final save (`turns.save_complete`,
-    `turns.save_failed`: SQLAlchemy flushes the chats table first) takes them: one still running when the other
+    The chat row is written before the message, the order in which the turn's final save (`turns/stored.py`: `save_complete`,
+    `save_failed`: SQLAlchemy flushes the chats table first) takes them: one still running when the other
     starts waits for it, where the opposite order deadlocked on Postgres and lost one of the two writes."""
     with db.session() as s:
         beat = s.exec(
@@ -172,3 +175,15 @@ def request_stop(db: Database, chat_id: int) -> int | None:
         message_id = s.exec(select(Chat.turn_message_id).where(col(Chat.id) == chat_id)).first()
         s.commit()
         return message_id
+
+
+async def sweep_forever(db: Database, stale_s: float) -> None:
+    """At start-up and then periodically: turns whose owner stopped refreshing them become interrupted."""
+    while True:
+        try:
+            n = await in_thread(recover_stale, db, stale_s)
+            if n:
+                log.warning("marked %d turns left by a stopped gateway as interrupted", n)
+        except Exception:
+            log.exception("recovering abandoned turns failed; trying again")
+        await asyncio.sleep(max(1.0, stale_s / 2))

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from .context import admin_user, ctx, current_user, in_thread, read_json
 from .db import SettingRow, utcnow
 from .errors import ApiError
 from .quotas import check_options
 from .responses import Health, SettingsOut
+from .routing import ApiRoute, Operation
 from .schemas import SettingsUpdate
-from .turns import TURN_OPTIONS_KEY
+from .turns.plan import TURN_OPTIONS_KEY, default_options
 
 
 async def get_settings(request: Request) -> JSONResponse:
@@ -22,8 +22,7 @@ async def get_settings(request: Request) -> JSONResponse:
 
     def load() -> dict:
         with c.db.session() as s:
-            row = s.get(SettingRow, TURN_OPTIONS_KEY)
-            return dict(row.value) if row else {}
+            return default_options(s)
 
     options = await in_thread(load)
     worker_defaults = None
@@ -127,7 +126,37 @@ async def health(request: Request) -> JSONResponse:
 
 
 routes = [
-    Route("/api/settings", get_settings, methods=["GET"]),
-    Route("/api/settings", put_settings, methods=["PUT"]),
-    Route("/health", health, methods=["GET"]),
+    ApiRoute(
+        "GET",
+        "/api/settings",
+        get_settings,
+        Operation(
+            "The turn defaults; the worker's configuration too for administrators",
+            answer=SettingsOut,
+            tag="settings",
+        ),
+    ),
+    ApiRoute(
+        "PUT",
+        "/api/settings",
+        put_settings,
+        Operation(
+            "Set the turn defaults (administrators)",
+            SettingsUpdate,
+            SettingsOut,
+            errors=(403,),
+            tag="settings",
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/health",
+        health,
+        Operation(
+            "Database, worker and the LLM named by its backend; 503 naming the failing part",
+            answer=Health,
+            public=True,
+            tag="operations",
+        ),
+    ),
 ]

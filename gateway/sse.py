@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+
+from starlette.responses import StreamingResponse
 
 KEEPALIVE = ": keepalive\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -15,6 +18,43 @@ def frame(event: str, data: object) -> str:
     """One SSE frame: `event: <name>` and one line of JSON."""
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return f"event: {event}\ndata: {payload}\n\n"
+
+
+class Listeners:
+    """Something running that any number of browsers follow: each listener gets every frame from its start,
+    then None at the end."""
+
+    def __init__(self) -> None:
+        self.listeners: list[asyncio.Queue] = []
+
+    def listen(self) -> asyncio.Queue:
+        q: asyncio.Queue = asyncio.Queue()
+        self.listeners.append(q)
+        return q
+
+    def emit(self, item: str | None) -> None:
+        for q in list(self.listeners):
+            q.put_nowait(item)
+
+
+async def drain(out: asyncio.Queue, keepalive_s: float, first: list[str] | None = None) -> AsyncIterator[str]:
+    """The browser's side: frames as they are queued, keepalives while none come. Cancelled on disconnect,
+    which leaves the task that fills the queue untouched."""
+    for item in first or []:
+        yield item
+    while True:
+        try:
+            item = await asyncio.wait_for(out.get(), timeout=keepalive_s)
+        except TimeoutError:
+            yield KEEPALIVE
+            continue
+        if item is None:
+            return
+        yield item
+
+
+def event_response(body: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 @dataclass(frozen=True)

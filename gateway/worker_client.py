@@ -1,55 +1,17 @@
-"""The worker's HTTP API as the gateway uses it (WORKER_API.md), over one pooled httpx.AsyncClient."""
+"""The worker's HTTP API as the gateway uses it (docs/design/WORKER_API.md), over one pooled httpx.AsyncClient.
+
+Plain requests are answered here as JSON; streamed ones are opened through gateway/streams.py, which owns them.
+"""
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
-from .errors import ApiError, WorkerFailed
+from .errors import WorkerFailed
 from .settings import Settings
-from .sse import Frame, read_frames
-
-log = logging.getLogger("gateway.worker")
-
-
-class WorkerUnavailable(ApiError):
-    status, code = 503, "worker_unavailable"
-
-
-def _worker_error(resp: httpx.Response, body: bytes) -> ApiError:
-    """The worker's own error, kept for the browser when it is about the request (4xx), a 502 otherwise."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        data = {}
-    message = data.get("error") if isinstance(data, dict) else None
-    code = data.get("code") if isinstance(data, dict) else None
-    field = data.get("field") if isinstance(data, dict) else None
-    if not message:
-        # Not the worker's own JSON error: something in front of the app (gunicorn refusing the request, a proxy)
-        # answered. The browser gets a generic message; the operator's log keeps what was said.
-        log.warning(
-            "the worker answered HTTP %s to %s %s without a JSON error: %r",
-            resp.status_code,
-            resp.request.method,
-            resp.request.url.path,
-            body[:300],
-        )
-        message = f"the worker answered HTTP {resp.status_code}"
-    if resp.status_code in (400, 404, 409, 413, 415, 422):
-        return ApiError(message, code=code or "worker_error", field=field, status=resp.status_code)
-    if resp.status_code == 503:
-        # The worker's queue is full (code "busy") or a model is down: a 503 for the browser too, with the
-        # worker's Retry-After passed on.
-        retry = resp.headers.get("Retry-After")
-        headers = {"Retry-After": retry} if retry and retry.isdigit() else None
-        return WorkerFailed(message, code=code or "worker_unavailable", status=503, headers=headers)
-    return WorkerFailed(message, code=code or "worker_error")
+from .streams import WorkerStream, open_stream, unreachable, worker_error
 
 
 class WorkerClient:
@@ -70,11 +32,6 @@ class WorkerClient:
             transport=transport,
         )
 
-    def _unreachable(self, exc: Exception) -> WorkerUnavailable:
-        return WorkerUnavailable(
-            f"the worker at {self.settings.worker_url} is unreachable ({type(exc).__name__})"
-        )
-
     async def aclose(self) -> None:
         await self.http.aclose()
 
@@ -85,9 +42,11 @@ class WorkerClient:
             extra = {"timeout": timeout} if timeout is not None else {}
             resp = await self.http.request(method, path, **kwargs, **extra)
         except httpx.TransportError as exc:
-            raise self._unreachable(exc) from None
+            raise unreachable(self.settings.worker_url, exc) from None
+        except httpx.HTTPError as exc:  # an answer that cannot be read (a broken content encoding)
+            raise WorkerFailed(f"the worker's answer could not be read ({type(exc).__name__})") from None
         if resp.status_code >= 400:
-            raise _worker_error(resp, resp.content)
+            raise worker_error(resp, resp.content)
         if not resp.content:
             return None
         try:
@@ -95,25 +54,20 @@ class WorkerClient:
         except ValueError:
             raise WorkerFailed("the worker answered with something that is not JSON") from None
 
-    @asynccontextmanager
-    async def stream(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
-        """An open streaming response with a 2xx status; errors before the body are raised as ApiError."""
-        try:
-            async with self.http.stream(method, path, **kwargs) as resp:
-                if resp.status_code >= 400:
-                    body = await resp.aread()
-                    raise _worker_error(resp, body)
-                yield resp
-        except httpx.TransportError as exc:
-            raise self._unreachable(exc) from None
-
-    @asynccontextmanager
-    async def events(self, path: str, payload: dict) -> AsyncIterator[AsyncIterator[Frame]]:
-        """POST `payload` and iterate the SSE frames of the answer as they arrive."""
-        async with self.stream("POST", path, json=payload) as resp:
-            yield read_frames(resp.aiter_lines())
+    async def open(self, method: str, path: str, **kwargs: Any) -> WorkerStream:
+        """A streamed answer with a 2xx status; a refusal or failure before the body is raised as ApiError."""
+        request = self.http.build_request(method, path, **kwargs)
+        return await open_stream(self.http, request, self.settings.worker_url)
 
     # The routes, one method each.
+
+    async def chat_stream(self, payload: dict) -> WorkerStream:
+        """One turn as SSE: step, documents, token, then done (the answer) or error."""
+        return await self.open("POST", "/chat_stream", json=payload)
+
+    async def build_index(self, index: str, rebuild: bool, prune: bool) -> WorkerStream:
+        """A (re)build of the index from its uploads folder as SSE: progress per file, then done or error."""
+        return await self.open("POST", "/index", json={"index": index, "rebuild": rebuild, "prune": prune})
 
     async def create_title(self, question: str) -> str:
         data = await self.request_json(
@@ -125,7 +79,7 @@ class WorkerClient:
         try:
             resp = await self.http.get("/health", timeout=10.0)
         except httpx.TransportError as exc:
-            raise self._unreachable(exc) from None
+            raise unreachable(self.settings.worker_url, exc) from None
         try:
             body = resp.json()
         except ValueError:
@@ -144,36 +98,35 @@ class WorkerClient:
     async def config(self) -> dict:
         return await self.request_json("GET", "/config", timeout=10.0)
 
+    def _upload(
+        self, index: str, dataset: str, filename: str, content: bytes, content_type: str | None
+    ) -> dict:
+        return {
+            # The name also goes as a form field: the multipart header's filename is escaped lossily (a '"'
+            # and a literal "%22" look the same there), the field is taken as it is.
+            "data": {"dataset": dataset, "index": index, "filename": filename},
+            "files": {"file": (filename, content, content_type or "application/octet-stream")},
+            "timeout": self.settings.worker_upload_timeout_s,
+        }
+
     async def add_document(
         self, index: str, dataset: str, filename: str, content: bytes, content_type: str | None
     ) -> dict:
-        files = {"file": (filename, content, content_type or "application/octet-stream")}
-        return await self.request_json(
-            "POST",
-            "/add_document",
-            # The name also goes as a form field: the multipart header's filename is escaped lossily (a '"'
-            # and a literal "%22" look the same there), the field is taken as it is.
-            data={"dataset": dataset, "index": index, "filename": filename},
-            files=files,
-            timeout=self.settings.worker_upload_timeout_s,
-        )
+        upload = self._upload(index, dataset, filename, content, content_type)
+        return await self.request_json("POST", "/add_document", **upload)
 
-    @asynccontextmanager
-    async def add_document_events(
+    async def add_document_stream(
         self, index: str, dataset: str, filename: str, content: bytes, content_type: str | None
-    ) -> AsyncIterator[AsyncIterator[Frame]]:
+    ) -> WorkerStream:
         """`add_document` as SSE: `progress` per stage, then `done` (the result) or `error`. A refusal before
-        any work (4xx) is raised as ApiError when entering."""
-        files = {"file": (filename, content, content_type or "application/octet-stream")}
-        async with self.stream(
-            "POST",
-            "/add_document",
-            data={"dataset": dataset, "index": index, "filename": filename},
-            files=files,
-            headers={"Accept": "text/event-stream"},
-            timeout=self.settings.worker_upload_timeout_s,
-        ) as resp:
-            yield read_frames(resp.aiter_lines())
+        any work (4xx) is raised as ApiError."""
+        upload = self._upload(index, dataset, filename, content, content_type)
+        return await self.open("POST", "/add_document", headers={"Accept": "text/event-stream"}, **upload)
+
+    async def get_document(self, index: str, dataset: str, filename: str) -> WorkerStream:
+        """The original file, streamed."""
+        params = {"index": index, "dataset": dataset, "filename": filename}
+        return await self.open("GET", "/get_document", params=params)
 
     async def get_documents(self, index: str) -> list[dict]:
         return await self.request_json("GET", "/get_documents", params={"index": index}) or []

@@ -4,7 +4,7 @@ half-stored turn; fields the gateway does not know pass through."""
 from __future__ import annotations
 
 from gateway.sse import Frame
-from gateway.turns import TurnRecord
+from gateway.turns.state import TurnRecord
 
 GOOD = {
     "reply": "Ducks eat plants [S1].",

@@ -13,40 +13,32 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
-import httpx
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import Response
 
-from .context import Context, ctx, current_user, in_thread, path_id, read_json
-from .db import Index
-from .errors import ApiError
-from .indexes import owned_index, sync_documents
-from .schemas import BuildRequest
-from .sse import KEEPALIVE, SSE_HEADERS, frame
+from ..context import Context, ctx, current_user, in_thread, path_id, read_json
+from ..db import Index
+from ..errors import NotFound
+from ..routing import WORKER, ApiRoute, Operation, event_stream
+from ..schemas import BuildRequest
+from ..sse import Listeners, drain, event_response, frame
+from ..streams import WorkerStream, WorkerStreamBroken
+from .reconcile import sync_documents
+from .records import owned_index, read_owned_index
 
 log = logging.getLogger("gateway.builds")
 
 POLL_S = 1.0
 
 
-class BuildHandle:
+class BuildHandle(Listeners):
     def __init__(self, index_id: int):
+        super().__init__()
         self.index_id = index_id
         self.files: dict[str, dict] = {}
         self.done = 0
         self.total = 0
-        self.listeners: list[asyncio.Queue] = []
         self.task: asyncio.Task | None = None
-
-    def listen(self) -> asyncio.Queue:
-        q: asyncio.Queue = asyncio.Queue()
-        self.listeners.append(q)
-        return q
-
-    def emit(self, item: str | None) -> None:
-        for q in list(self.listeners):
-            q.put_nowait(item)
 
     def see(self, data: dict) -> None:
         name = str(data.get("file") or "")
@@ -64,26 +56,23 @@ class BuildHandle:
         }
 
 
-async def run_build(c: Context, handle: BuildHandle, frames: AsyncIterator, events) -> None:
+async def run_build(c: Context, handle: BuildHandle, stream: WorkerStream) -> None:
     end = None
     try:
-        async for f in frames:
+        async for f in stream.frames():
             if f.event == "progress" and isinstance(f.data, dict):
                 handle.see(f.data)
                 handle.emit(f.raw)
             elif f.event in ("done", "error"):
                 end = f.raw if f.event == "error" else f
                 break
-    except (ApiError, httpx.HTTPError) as exc:
-        message = (
-            exc.message if isinstance(exc, ApiError) else f"the worker stream broke ({type(exc).__name__})"
-        )
-        end = frame("error", {"error": message, "code": "worker_unavailable"})
+    except WorkerStreamBroken as exc:
+        end = frame("error", {"error": exc.message, "code": "worker_unavailable"})
     except asyncio.CancelledError:
         end = frame("error", {"error": "the gateway stopped during the build", "code": "interrupted"})
         raise
     finally:
-        await asyncio.shield(events.__aexit__(None, None, None))
+        await asyncio.shield(stream.aclose())
         succeeded = end is not None and not isinstance(end, str)
         try:
             await asyncio.shield(sync_documents(c, handle.index_id, failed=not succeeded))
@@ -100,24 +89,6 @@ async def run_build(c: Context, handle: BuildHandle, frames: AsyncIterator, even
             del c.builds[handle.index_id]
 
 
-async def drain(q: asyncio.Queue, keepalive_s: float, first: list[str]) -> AsyncIterator[str]:
-    for item in first:
-        yield item
-    while True:
-        try:
-            item = await asyncio.wait_for(q.get(), timeout=keepalive_s)
-        except TimeoutError:
-            yield KEEPALIVE
-            continue
-        if item is None:
-            return
-        yield item
-
-
-def sse(body: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
-
-
 async def start_build(request: Request) -> Response:
     """Start the worker's (re)build of the index; the worker holds the per-index lock (409 while busy)."""
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
@@ -132,35 +103,28 @@ async def start_build(request: Request) -> Response:
             return index
 
     index = await in_thread(start)
-    events = c.worker.events(
-        "/index", {"index": index.worker_name, "rebuild": body.rebuild, "prune": body.prune}
-    )
     try:
-        frames = await events.__aenter__()
+        stream = await c.worker.build_index(index.worker_name, body.rebuild, body.prune)
     except BaseException:
         await sync_documents(c, index.id)
         raise
     handle = BuildHandle(index.id)
     q = handle.listen()
     c.builds[index.id] = handle
-    handle.task = asyncio.create_task(run_build(c, handle, frames, events), name=f"build-index-{index.id}")
+    handle.task = asyncio.create_task(run_build(c, handle, stream), name=f"build-index-{index.id}")
     c.running.add(handle.task)
     handle.task.add_done_callback(c.running.discard)
-    return sse(drain(q, c.settings.keepalive_s, []))
+    return event_response(drain(q, c.settings.keepalive_s, []))
 
 
 async def rejoin_build(request: Request) -> Response:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
-    def load() -> Index:
-        with c.db.session() as s:
-            return owned_index(s, user.id, index_id)
-
-    index = await in_thread(load)
+    index = await in_thread(read_owned_index, c, user.id, index_id)
     handle = c.builds.get(index.id)
     if handle is not None:
         snapshot = frame("snapshot", handle.snapshot())
-        return sse(drain(handle.listen(), c.settings.keepalive_s, [snapshot]))
+        return event_response(drain(handle.listen(), c.settings.keepalive_s, [snapshot]))
     if index.status != "building":
         return Response(status_code=204)
 
@@ -171,8 +135,8 @@ async def rejoin_build(request: Request) -> Response:
         while current.status == "building":
             await asyncio.sleep(POLL_S)
             try:
-                current = await in_thread(load)
-            except ApiError:
+                current = await in_thread(read_owned_index, c, user.id, index_id)
+            except NotFound:
                 yield frame("error", {"error": "the index was deleted", "code": "index_not_found"})
                 return
         if current.status == "failed":
@@ -180,10 +144,38 @@ async def rejoin_build(request: Request) -> Response:
         else:
             yield frame("done", {"documents": current.document_count, "chunks": current.chunk_count})
 
-    return sse(follow())
+    return event_response(follow())
 
+
+BUILD_EVENTS = event_stream(
+    "snapshot (on rejoin), progress {file, dataset, done, total, stage} per file, then done "
+    "{documents, chunks, ...} or error {error, code}",
+    ["snapshot", "progress", "done", "error"],
+)
 
 routes = [
-    Route("/api/indexes/{id:int}/build", start_build, methods=["POST"]),
-    Route("/api/indexes/{id:int}/build", rejoin_build, methods=["GET"]),
+    ApiRoute(
+        "POST",
+        "/api/indexes/{id:int}/build",
+        start_build,
+        Operation(
+            "(Re)build an index from its uploads folder; the build outlives the request",
+            BuildRequest,
+            BUILD_EVENTS,
+            errors=(404, 409, *WORKER),
+            tag="indexes",
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/indexes/{id:int}/build",
+        rejoin_build,
+        Operation(
+            "Rejoin the index's running build (204 when none runs)",
+            answer=BUILD_EVENTS,
+            empty=(204,),
+            errors=(404,),
+            tag="indexes",
+        ),
+    ),
 ]

@@ -1,0 +1,315 @@
+"""The index and document routes (uploads.py has the upload itself)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, delete, select
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..context import Context, ctx, current_user, in_thread, path_id, read_json
+from ..db import ChatIndex, Index, IndexDocument, utcnow
+from ..errors import Conflict
+from ..responses import IndexFull, IndexOut, UploadedDocument
+from ..routing import WORKER, ApiRoute, Operation, each, event_stream, json_content
+from ..schemas import NAME_RE, IndexCreate, IndexUpdate
+from ..streams import WorkerNotFound
+from .names import content_disposition, worker_table_name
+from .reconcile import confirm_gone
+from .records import datasets_of, index_json, owned_document, owned_index, read_owned_index, refresh_counts
+from .uploads import upload_document
+
+
+async def list_indexes(request: Request) -> JSONResponse:
+    user, c = await current_user(request), ctx(request)
+
+    def load() -> list[dict]:
+        with c.db.session() as s:
+            rows = s.exec(select(Index).where(Index.owner_id == user.id).order_by(col(Index.name))).all()
+            return [index_json(s, i) for i in rows]
+
+    return JSONResponse(await in_thread(load))
+
+
+async def create_index(request: Request) -> JSONResponse:
+    user, c = await current_user(request), ctx(request)
+    body = await read_json(request, IndexCreate)
+
+    def create() -> dict:
+        with c.db.session() as s:
+            if s.exec(select(Index.id).where(Index.owner_id == user.id, Index.name == body.name)).first():
+                raise Conflict("you already have an index with this name", code="index_exists", field="name")
+            index = Index(
+                owner_id=user.id,
+                name=body.name,
+                description=body.description,
+                worker_name=worker_table_name(user.id, body.name),
+            )
+            s.add(index)
+            try:
+                s.commit()
+            except IntegrityError:
+                raise Conflict(
+                    "you already have an index with this name", code="index_exists", field="name"
+                ) from None
+            return index_json(s, index, with_documents=True)
+
+    return JSONResponse(await in_thread(create), status_code=201)
+
+
+async def get_index(request: Request) -> JSONResponse:
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+
+    def load() -> dict:
+        with c.db.session() as s:
+            return index_json(s, owned_index(s, user.id, index_id), with_documents=True)
+
+    return JSONResponse(await in_thread(load))
+
+
+async def update_index(request: Request) -> JSONResponse:
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+    body = await read_json(request, IndexUpdate)
+
+    def change() -> dict:
+        with c.db.session() as s:
+            index = owned_index(s, user.id, index_id)
+            if body.name is not None and body.name != index.name:
+                taken = s.exec(
+                    select(Index.id).where(Index.owner_id == user.id, Index.name == body.name)
+                ).first()
+                if taken:
+                    raise Conflict(
+                        "you already have an index with this name", code="index_exists", field="name"
+                    )
+                index.name = body.name  # the worker table keeps its name: renaming is free
+            if body.description is not None:
+                index.description = body.description
+            index.updated_at = utcnow()
+            s.add(index)
+            s.commit()
+            return index_json(s, index, with_documents=True)
+
+    return JSONResponse(await in_thread(change))
+
+
+def _uploads_folder(c: Context, index: Index) -> Path | None:
+    root = c.settings.uploads_dir.resolve()
+    folder = (root / index.worker_name).resolve()
+    return folder if folder.parent == root else None
+
+
+async def delete_index(request: Request) -> Response:
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+
+    index = await in_thread(read_owned_index, c, user.id, index_id)
+    # A table never built is fine; any other failure leaves everything as it was.
+    with contextlib.suppress(WorkerNotFound):
+        await c.worker.drop_index(index.worker_name)
+
+    def remove() -> None:
+        folder = _uploads_folder(c, index)
+        if folder is not None and folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        with c.db.session() as s:
+            s.exec(delete(ChatIndex).where(col(ChatIndex.index_id) == index.id))
+            s.exec(delete(IndexDocument).where(col(IndexDocument.index_id) == index.id))
+            s.exec(delete(Index).where(col(Index.id) == index.id))
+            s.commit()
+
+    await in_thread(remove)
+    return Response(status_code=204)
+
+
+def _load_document(c: Context, user_id: int, index_id: int, document_id: int) -> tuple[Index, IndexDocument]:
+    with c.db.session() as s:
+        index = owned_index(s, user_id, index_id)
+        return index, owned_document(s, index, document_id)
+
+
+async def download_document(request: Request) -> Response:
+    user, c = await current_user(request), ctx(request)
+    index, doc = await in_thread(
+        _load_document, c, user.id, path_id(request), path_id(request, "document_id")
+    )
+    stream = await c.worker.get_document(index.worker_name, doc.dataset, doc.filename)
+    headers = {"Content-Disposition": content_disposition(doc.filename)}
+    if "content-length" in stream.headers:
+        headers["Content-Length"] = stream.headers["content-length"]
+    return StreamingResponse(
+        stream.raw(),
+        headers=headers,
+        media_type=stream.headers.get("content-type", "application/octet-stream"),
+        background=BackgroundTask(stream.aclose),
+    )
+
+
+async def delete_document(request: Request) -> Response:
+    user, c = await current_user(request), ctx(request)
+    index, doc = await in_thread(
+        _load_document, c, user.id, path_id(request), path_id(request, "document_id")
+    )
+    try:
+        await c.worker.delete_document(index.worker_name, doc.dataset, doc.filename)
+    except WorkerNotFound:
+        await confirm_gone(c, index, doc)  # the worker has nothing under this name: is it really gone?
+
+    def remove() -> None:
+        with c.db.session() as s:
+            s.exec(delete(IndexDocument).where(col(IndexDocument.id) == doc.id))
+            current = s.get(Index, index.id)
+            refresh_counts(s, current, None if current.status == "building" else "auto")
+            s.commit()
+
+    await in_thread(remove)
+    return Response(status_code=204)
+
+
+async def list_datasets(request: Request) -> JSONResponse:
+    user, c, index_id = await current_user(request), ctx(request), path_id(request)
+
+    def load() -> list[str]:
+        with c.db.session() as s:
+            return datasets_of(s, owned_index(s, user.id, index_id).id)
+
+    return JSONResponse(await in_thread(load))
+
+
+UPLOAD_PATH = r"/api/indexes/[0-9]+/documents"
+
+
+# What a new index's and a new document's ids open (OpenAPI links: operationIds).
+INDEX_OPS = [
+    "get_api_indexes_id",
+    "patch_api_indexes_id",
+    "post_api_indexes_id_documents",
+    "get_api_indexes_id_datasets",
+    "post_api_indexes_id_build",
+    "get_api_indexes_id_build",
+    "delete_api_indexes_id",
+]
+DOCUMENT_OPS = [
+    "get_api_indexes_id_documents_document_id_download",
+    "delete_api_indexes_id_documents_document_id",
+]
+UPLOAD_EVENTS = event_stream(
+    "With `Accept: text/event-stream`: progress {file, dataset, stage} as each stage starts (converting, "
+    "chunking, embedding, writing), then done (the stored document) or error {error, code}",
+    ["progress", "done", "error"],
+)
+UPLOAD_FORM = {
+    "multipart/form-data": {
+        "schema": {
+            "type": "object",
+            "required": ["file"],
+            "properties": {
+                "file": {"type": "string", "format": "binary", "description": "the file, with its name"},
+                "dataset": {"type": "string", "pattern": NAME_RE.pattern, "default": "default"},
+            },
+        }
+    }
+}
+DOCUMENT = "/api/indexes/{id:int}/documents/{document_id:int}"
+
+routes = [
+    ApiRoute(
+        "POST",
+        "/api/indexes/{id:int}/documents",
+        upload_document,
+        Operation(
+            "Upload one file and index it",
+            UPLOAD_FORM,
+            UploadedDocument,
+            status=201,
+            links=each(DOCUMENT_OPS, {"id": "$request.path.id", "document_id": "$response.body#/id"}),
+            also=UPLOAD_EVENTS,
+            # 415: a type the worker cannot read; 422: the file could not be converted within the limits.
+            errors=(404, 409, 415, 422, *WORKER),
+            tag="indexes",
+        ),
+    ),
+    ApiRoute(
+        "GET", "/api/indexes", list_indexes, Operation("The user's indexes", answer=[IndexOut], tag="indexes")
+    ),
+    ApiRoute(
+        "POST",
+        "/api/indexes",
+        create_index,
+        Operation(
+            "A new, empty index",
+            IndexCreate,
+            IndexFull,
+            status=201,
+            errors=(409,),
+            tag="indexes",
+            links=each(INDEX_OPS, {"id": "$response.body#/id"}),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/indexes/{id:int}",
+        get_index,
+        Operation(
+            "One index with its documents (a list) and document_count",
+            answer=IndexFull,
+            errors=(404,),
+            tag="indexes",
+        ),
+    ),
+    ApiRoute(
+        "PATCH",
+        "/api/indexes/{id:int}",
+        update_index,
+        Operation(
+            "Rename an index or change its description",
+            IndexUpdate,
+            IndexFull,
+            errors=(404, 409),
+            tag="indexes",
+        ),
+    ),
+    ApiRoute(
+        "DELETE",
+        "/api/indexes/{id:int}",
+        delete_index,
+        Operation("Drop an index with its table and files", status=204, errors=(404, *WORKER), tag="indexes"),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/indexes/{id:int}/datasets",
+        list_datasets,
+        Operation(
+            "The dataset names of an index, for scoping a chat",
+            answer=json_content({"type": "array", "items": {"type": "string"}}),
+            errors=(404,),
+            tag="indexes",
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        DOCUMENT + "/download",
+        download_document,
+        Operation(
+            "The original file, as an attachment",
+            answer={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            errors=(404, *WORKER),
+            tag="indexes",
+        ),
+    ),
+    ApiRoute(
+        "DELETE",
+        DOCUMENT,
+        delete_document,
+        Operation(
+            "Remove a file everywhere: its rows, vectors and the original",
+            status=204,
+            errors=(404, 409, *WORKER),
+            tag="indexes",
+        ),
+    ),
+]

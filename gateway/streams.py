@@ -1,0 +1,145 @@
+"""Every stream the gateway reads from the worker, owned here: opened (`send(request, stream=True)`), its httpx
+errors translated into the gateway's typed errors, and closed once, by whoever holds the `WorkerStream` (an
+`async with` around the reading, or a `BackgroundTask(stream.aclose)` for a response relayed to the browser).
+
+The worker's own error answers become typed errors too (`worker_error`), for streamed and plain requests alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import httpx
+
+from .errors import ApiError, WorkerFailed
+from .sse import Frame, read_frames
+
+log = logging.getLogger("gateway.worker")
+
+
+class WorkerUnavailable(ApiError):
+    """The worker could not be reached at all."""
+
+    status, code = 503, "worker_unavailable"
+
+
+class WorkerRefused(ApiError):
+    """The worker refused the request itself (a 4xx about it): the browser gets the worker's status and words."""
+
+    status, code = 400, "worker_error"
+
+
+class WorkerNotFound(WorkerRefused):
+    """The worker has no such table or document."""
+
+    status = 404
+
+
+class WorkerStreamBroken(WorkerFailed):
+    """The worker's stream broke after it had started: a read timeout, a dropped connection."""
+
+    code = "worker_unavailable"
+
+    def __init__(self, cause: Exception):
+        self.cause = type(cause).__name__
+        super().__init__(f"the worker stream broke ({self.cause})")
+
+
+REFUSALS = (400, 404, 409, 413, 415, 422)
+
+
+def worker_error(resp: httpx.Response, body: bytes) -> ApiError:
+    """The worker's own error, kept for the browser when it is about the request (4xx), a 502 otherwise."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = {}
+    message = data.get("error") if isinstance(data, dict) else None
+    code = data.get("code") if isinstance(data, dict) else None
+    field = data.get("field") if isinstance(data, dict) else None
+    if not message:
+        # Not the worker's own JSON error: something in front of the app (gunicorn refusing the request, a proxy)
+        # answered. The browser gets a generic message; the operator's log keeps what was said.
+        log.warning(
+            "the worker answered HTTP %s to %s %s without a JSON error: %r",
+            resp.status_code,
+            resp.request.method,
+            resp.request.url.path,
+            body[:300],
+        )
+        message = f"the worker answered HTTP {resp.status_code}"
+    if resp.status_code == 404:
+        return WorkerNotFound(message, code=code or "worker_error", field=field)
+    if resp.status_code in REFUSALS:
+        return WorkerRefused(message, code=code or "worker_error", field=field, status=resp.status_code)
+    if resp.status_code == 503:
+        # The worker's queue is full (code "busy") or a model is down: a 503 for the browser too, with the
+        # worker's Retry-After passed on.
+        retry = resp.headers.get("Retry-After")
+        headers = {"Retry-After": retry} if retry and retry.isdigit() else None
+        return WorkerFailed(message, code=code or "worker_unavailable", status=503, headers=headers)
+    return WorkerFailed(message, code=code or "worker_error")
+
+
+def event_error(data: dict) -> WorkerFailed:
+    """The worker's `error` event (a failure after its stream began): a 503 when the worker names a part that is
+    unavailable (`llm_unavailable`, `embedder_unavailable`), a 502 otherwise."""
+    message = str(data.get("error") or "the worker failed")
+    code = str(data.get("code") or "worker_error")
+    return WorkerFailed(message, code=code, status=503 if "unavailable" in code else 502)
+
+
+def unreachable(worker_url: str, exc: Exception) -> WorkerUnavailable:
+    return WorkerUnavailable(f"the worker at {worker_url} is unreachable ({type(exc).__name__})")
+
+
+class WorkerStream:
+    """An open 2xx streaming answer of the worker. Read it as SSE frames or raw bytes; close it once."""
+
+    def __init__(self, resp: httpx.Response):
+        self._resp = resp
+
+    @property
+    def headers(self) -> httpx.Headers:
+        return self._resp.headers
+
+    async def frames(self) -> AsyncIterator[Frame]:
+        try:
+            async for f in read_frames(self._resp.aiter_lines()):
+                yield f
+        except httpx.HTTPError as exc:
+            raise WorkerStreamBroken(exc) from None
+
+    async def raw(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._resp.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise WorkerStreamBroken(exc) from None
+
+    async def aclose(self) -> None:
+        await self._resp.aclose()
+
+    async def __aenter__(self) -> WorkerStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def open_stream(http: httpx.AsyncClient, request: httpx.Request, worker_url: str) -> WorkerStream:
+    """Send `request` and return its open answer; a refusal or failure before the body is raised as ApiError
+    (the connection closed first)."""
+    try:
+        resp = await http.send(request, stream=True)
+        if resp.status_code >= 400:
+            try:
+                body = await resp.aread()
+            finally:
+                await resp.aclose()
+            raise worker_error(resp, body)
+    except httpx.TransportError as exc:
+        raise unreachable(worker_url, exc) from None
+    return WorkerStream(resp)

@@ -1,0 +1,160 @@
+"""Before the worker is called: the gate, the worker's request, the chat's turn lock and both messages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session, col, select, update
+
+from .. import lifecycle
+from ..chats import linked_indexes, owned_chat
+from ..context import Context
+from ..db import Chat, Index, IndexDocument, Message, SettingRow, User, utcnow
+from ..errors import BadRequest, Conflict
+from ..gate import should_use_rag
+from ..schemas import TurnRequest
+from .state import TurnPlan
+
+TURN_OPTIONS_KEY = "turn_options"
+
+
+def trim_history(history: list, max_messages: int, max_chars: int) -> list:
+    """The most recent messages that fit the worker's limits; the oldest go first."""
+    kept = list(history)[-max_messages:] if max_messages > 0 else []
+
+    def size(msg: Any) -> int:
+        return len(str(msg.get("content", ""))) if isinstance(msg, dict) else len(str(msg))
+
+    total = sum(size(m) for m in kept)
+    while kept and total > max_chars:
+        total -= size(kept.pop(0))
+    return kept
+
+
+def default_options(s) -> dict:
+    row = s.get(SettingRow, TURN_OPTIONS_KEY)
+    return dict(row.value) if row else {}
+
+
+def sendable_documents(s: Session, chat: Chat, indexes: list[Index]) -> list[dict]:
+    """The chat's documents that still exist in an index it is linked to: an unlinked or deleted index, or a
+    deleted file, must never be asked about (the worker would refuse the whole turn)."""
+    if not indexes:
+        return []
+    by_id = {i.id: i.worker_name for i in indexes}
+    files = {
+        (by_id[row.index_id], row.dataset, row.filename)
+        for row in s.exec(select(IndexDocument).where(col(IndexDocument.index_id).in_(list(by_id))))
+    }
+    kept = []
+    for doc in chat.documents:
+        if isinstance(doc, dict) and (doc.get("index"), doc.get("dataset"), doc.get("filename")) in files:
+            kept.append(doc)
+    return kept
+
+
+def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPlan:
+    """Load the chat, run the gate, build the worker request, take the chat's turn lock (409 if held by a
+    live turn) and store both messages of the turn, the answer as `running`: nothing is lost from here on."""
+    settings = c.settings
+    if len(body.message) > settings.max_message_chars:
+        raise BadRequest(
+            f"the message is longer than {settings.max_message_chars} characters",
+            code="too_long",
+            field="message",
+        )
+    with c.db.session() as s:
+        chat = owned_chat(s, user.id, chat_id)
+        indexes = linked_indexes(s, chat.id)
+        if body.force_rag and not indexes:
+            # Well-formed, but this chat has no index to search: a conflict with its state (link one first).
+            raise Conflict("force_rag needs an index linked to this chat", code="no_index", field="force_rag")
+        route, reason = should_use_rag(body.message, force_rag=body.force_rag, has_indexes=bool(indexes))
+        datasets = body.datasets if body.datasets is not None else list(chat.datasets)
+        payload = worker_payload(s, c, chat, indexes, body, route, datasets)
+        now = utcnow()
+        take_lock(s, c, chat.id, now)
+        # A turn whose owner died without a trace of it in the lock (taken over just now) is interrupted.
+        lifecycle.interrupt_running(s, chat.id)
+        gate = {"layer": 1, "route": route, "reason": reason}
+        user_msg, answer = store_messages(s, chat.id, body.message, route, gate, now)
+        return TurnPlan(
+            chat_id=chat.id,
+            message=body.message,
+            route=route,
+            reason=reason,
+            datasets=datasets,
+            datasets_changed=body.datasets is not None,
+            needs_title=chat.title is None,
+            payload=payload,
+            message_id=answer.id,
+            user_message_id=user_msg.id,
+            gate=gate,
+        )
+
+
+def worker_payload(
+    s: Session,
+    c: Context,
+    chat: Chat,
+    indexes: list[Index],
+    body: TurnRequest,
+    route: str,
+    datasets: list[str],
+) -> dict[str, Any]:
+    """The worker's /chat_stream request: the turn defaults with the turn's own options, the history that fits,
+    the documents still searchable, the scope."""
+    settings = c.settings
+    options = default_options(s)
+    if body.options is not None:
+        options.update(body.options.as_options())
+    options["route"] = "rag" if body.force_rag else ("direct" if route == "direct" else "auto")
+    payload: dict[str, Any] = {
+        "prompt": body.message,
+        "history": trim_history(chat.history, settings.max_history_messages, settings.max_history_chars),
+        "docs": sendable_documents(s, chat, indexes),
+        "datasets": datasets,
+        "options": options,
+    }
+    if indexes:
+        payload["index"] = [i.worker_name for i in indexes]
+    return payload
+
+
+def take_lock(s: Session, c: Context, chat_id: int, now: datetime) -> None:
+    """The chat's turn lock, for this replica; a 409 while a live turn holds it."""
+    taken = s.exec(
+        update(Chat)
+        .where(col(Chat.id) == chat_id)
+        .where(lifecycle.stale_condition(c.settings.turn_lock_stale_s))
+        .values(
+            turn_started_at=now,
+            turn_owner=c.replica,
+            turn_heartbeat_at=now,
+            turn_stop_at=None,
+            turn_message_id=None,
+        )
+    )
+    if taken.rowcount != 1:
+        s.rollback()
+        raise Conflict(
+            "a reply is still being written in this chat: wait for it to finish, or stop it",
+            code="turn_in_progress",
+        )
+
+
+def store_messages(
+    s: Session, chat_id: int, message: str, route: str, gate: dict, now: datetime
+) -> tuple[Message, Message]:
+    """Both messages of the turn, `running`, and the lock pointed at the answer. Commits."""
+    user_msg = Message(
+        chat_id=chat_id, role="user", content=message, route=route, gate=gate, status="running"
+    )
+    answer = Message(chat_id=chat_id, role="assistant", content="", route=route, gate=gate, status="running")
+    s.add(user_msg)
+    s.add(answer)
+    s.flush()
+    s.exec(update(Chat).where(col(Chat.id) == chat_id).values(turn_message_id=answer.id, updated_at=now))
+    s.commit()
+    return user_msg, answer
