@@ -7,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from . import lifecycle
+from .answers import message_fields
 from .context import ctx, current_user, in_thread, path_id, read_json
 from .db import Chat, ChatIndex, Index, Message, iso, utcnow
 from .errors import NotFound
@@ -60,12 +61,8 @@ def message_json(m: Message) -> dict:
             "error": m.error,
             "route": m.route,
             "gate": m.gate,
-            "documents": m.documents,
-            "citations": m.citations,
-            "rewritten": m.rewritten,
             "steps": m.steps,
-            "timings": m.timings,
-            "details": m.details,
+            **message_fields(m),
             "created_at": iso(m.created_at),
         }
     ).data()

@@ -14,11 +14,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, Engine, UniqueConstraint, event, inspect, text
+from sqlalchemy import JSON, Column, Connection, Engine, UniqueConstraint, column, event, inspect, table, text
 from sqlalchemy import Index as SqlIndex
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
+from .answers import from_columns
 from .settings import private_dir
 
 log = logging.getLogger("gateway.db")
@@ -98,7 +99,12 @@ class Message(SQLModel, table=True):
     gate: dict = json_dict_column()  # the layer-1 decision: {"route", "reason"}
     status: str = Field(default="complete", max_length=16)  # running | complete | interrupted | failed
     error: str | None = None
-    details: dict = json_dict_column()  # model, abstained, fetched_new_documents, grounding
+    # A finished answer, whole: `contract.answer.Answer` as the worker sent it (gateway/answers.py). Null while
+    # the turn runs, and for a turn that did not finish (its partial text is `content`, `documents`, `steps`).
+    answer: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    details: dict = json_dict_column()  # beside the answer: {"stopped": true} for a turn the user stopped
+    # Before schema version 4 a finished answer was spread over `documents`, `citations`, `rewritten`,
+    # `timings` and `details`; the last three are no longer written (kept so older rows and gateways still read).
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -189,11 +195,53 @@ def _turn_lifecycle(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE chats ADD COLUMN {name} {kind}"))
 
 
+def _answer_whole(conn: Connection) -> None:
+    """The finished answer stored whole on its message (`messages.answer`); the answers of messages stored
+    before are rebuilt from their columns, so older chats still render and rejoin as newer ones."""
+    if not inspect(conn).has_table("messages"):
+        return
+    if "answer" not in {c["name"] for c in inspect(conn).get_columns("messages")}:
+        kind = Message.__table__.c["answer"].type.compile(dialect=conn.dialect)
+        conn.execute(text(f"ALTER TABLE messages ADD COLUMN answer {kind}"))
+    # The columns as they were at version 3 (not the model's, which may grow after this migration).
+    old = table(
+        "messages",
+        column("id"),
+        column("chat_id"),
+        column("role"),
+        column("content"),
+        column("status"),
+        column("route"),
+        column("rewritten"),
+        *(column(name, JSON) for name in ("documents", "citations", "timings", "details", "answer")),
+    )
+    rows = conn.execute(old.select().order_by(old.c.chat_id, old.c.id)).mappings().all()
+    chat_id, question, history = None, "", []
+    for row in rows:
+        if row["chat_id"] != chat_id:
+            chat_id, question, history = row["chat_id"], "", []
+        if row["role"] == "user":
+            question = row["content"]
+            continue
+        if row["role"] != "assistant" or row["status"] != "complete":
+            continue
+        history = [
+            *history,
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": row["content"]},
+        ]
+        if row["answer"] is None:
+            answer = from_columns(dict(row), question, history)
+            if answer is not None:
+                conn.execute(old.update().where(old.c.id == row["id"]).values(answer=answer))
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
     (2, "account security: token versions, disabled accounts, one first admin", _account_security),
     (3, "turn lifecycle: running turn, owner, heartbeat, stop", _turn_lifecycle),
+    (4, "the answer stored whole on its message", _answer_whole),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

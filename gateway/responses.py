@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
+
+from contract.answer import Answer, Document, Step
+from contract.answer import Message as ChatMessage
 
 Json = dict[str, Any]
 
@@ -19,6 +22,14 @@ class Out(BaseModel):
     def data(self) -> dict:
         """The JSON-ready dict a route sends."""
         return self.model_dump(mode="json")
+
+
+def as_sent(value: BaseModel | list[BaseModel] | None) -> Any:
+    """A contract model (the worker's answer, a document) as it was sent: the fields it set, no defaults added,
+    so a stored answer reads back exactly as the worker's `done`."""
+    if isinstance(value, list):
+        return [as_sent(v) for v in value]
+    return None if value is None else value.model_dump(mode="json", exclude_unset=True)
 
 
 class ErrorBody(Out):
@@ -54,20 +65,31 @@ class SessionOut(Out):
 
 
 class MessageOut(Out):
+    """A stored message. A finished assistant message carries its `answer` whole (the worker's `done`, question,
+    history and flags included); `documents`, `citations`, `rewritten`, `timings` and `details` are the older
+    fields, derived from it (for a turn that did not finish: the documents it had, and `details.stopped`)."""
+
     id: int
     role: Literal["user", "assistant"]
-    content: str
+    content: str = Field(description="the reply, or the text so far of a turn that did not finish")
     status: Literal["running", "complete", "interrupted", "failed"]
     error: str | None
     route: str | None
     gate: Json
+    answer: Answer | None = Field(
+        description="the finished answer; null while running or if it did not finish"
+    )
+    steps: list[Step]
     documents: list[Json]
     citations: list[Json]
     rewritten: str | None
-    steps: list[Json]
     timings: Json
     details: Json
     created_at: str | None
+
+    @field_serializer("answer", "steps")
+    def _as_sent(self, value: Any) -> Any:
+        return as_sent(value)
 
 
 class ChatSummary(Out):
@@ -82,9 +104,13 @@ class ChatSummary(Out):
 class ChatState(Out):
     """What the next turn sends the worker: the conversation, the documents in hand and the dataset scope."""
 
-    history: list[Json]
-    documents: list[Json]
+    history: list[ChatMessage]
+    documents: list[Document]
     datasets: list[str]
+
+    @field_serializer("history", "documents")
+    def _as_sent(self, value: Any) -> Any:
+        return as_sent(value)
 
 
 class ChatFull(ChatSummary):

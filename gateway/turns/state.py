@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from contract.answer import Answer
+
+from .. import answers
 from ..sse import Frame, Listeners
 from ..streams import event_error
-from ..worker_answer import WorkerAnswer, read_answer
+from ..worker_answer import read_answer
 
 
 @dataclass
@@ -34,7 +37,7 @@ class TurnRecord:
     steps: list[dict] = field(default_factory=list)
     documents: list[dict] | None = None
     tokens: list[str] = field(default_factory=list)
-    done: WorkerAnswer | None = None
+    done: Answer | None = None
     error: dict | None = None
     status: str = "running"  # complete | interrupted | failed
     message_id: int | None = None
@@ -91,5 +94,5 @@ class TurnHandle(Listeners):
             "steps": rec.steps,
             "documents": rec.documents,
             "answer": rec.partial_reply,
-            "done": rec.done.model_dump() if rec.done is not None else None,
+            "done": answers.stored_json(rec.done) if rec.done is not None else None,
         }

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session, col, delete, select, update
 
-from .. import lifecycle
+from .. import answers, lifecycle
 from ..chats import owned_chat
 from ..context import Context
 from ..db import Chat, Message, utcnow
@@ -33,27 +33,12 @@ def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
         user_msg, assistant = s.get(Message, plan.user_message_id), s.get(Message, plan.message_id)
         if chat is None or user_msg is None or assistant is None:  # deleted while the turn ran
             return
-        route = done.route if done else plan.route
-        documents = done.documents if done else rec.documents or []
         user_msg.status = "complete"
-        assistant.content = done.reply if done else rec.partial_reply
-        assistant.documents = documents
-        assistant.citations = done.citations if done else []
-        assistant.rewritten = done.rewritten if done else None
-        assistant.steps = rec.steps
-        assistant.timings = done.timings if done else {}
-        assistant.route = route
-        assistant.status = "complete"
-        assistant.error = None
-        assistant.details = done.details if done else {}
+        answer = answers.store(assistant, done, rec.steps)
         s.add(user_msg)
         s.add(assistant)
         if chat.turn_message_id == plan.message_id:
-            if done:
-                chat.history = done.history_json()
-            # A direct turn (small talk) fetched nothing: the documents in hand stay for the next follow-up.
-            if route != "direct" or (done and done.fetched_new_documents) or documents:
-                chat.documents = documents
+            answers.carry_state(chat, answer)
             if plan.datasets_changed:
                 chat.datasets = plan.datasets
             chat.updated_at = utcnow()
@@ -164,16 +149,7 @@ def end_frames(run: Running) -> list[str]:
         return [frame("error", {"error": err, "code": "turn_failed"})]
     ids = {"message_id": msg.id, "user_message_id": run.user_message.id if run.user_message else None}
     if msg.status == "complete":
-        done = {
-            "reply": msg.content,
-            "documents": msg.documents,
-            "citations": msg.citations,
-            "rewritten": msg.rewritten,
-            "route": msg.route,
-            "timings": msg.timings,
-            **msg.details,
-        }
-        return [frame("done", done), frame("saved", ids)]
+        return [frame("done", answers.done_event(msg)), frame("saved", ids)]
     if msg.status == "interrupted":
         code = "stopped" if msg.error == lifecycle.STOPPED else "interrupted"
         return [frame("interrupted", {"error": msg.error, "code": code, **ids})]

@@ -8,7 +8,7 @@ from datetime import timedelta
 from sqlalchemy import inspect, text
 
 from gateway import lifecycle
-from gateway.db import Chat, Database, Message, User, utcnow
+from gateway.db import SCHEMA_VERSION, Chat, Database, Message, User, utcnow
 
 NEW_COLUMNS = {"turn_message_id", "turn_owner", "turn_heartbeat_at", "turn_stop_at"}
 
@@ -21,7 +21,7 @@ def test_a_database_from_before_the_lifecycle_gains_its_columns(tmp_path):
             conn.execute(text(f"ALTER TABLE chats DROP COLUMN {name}"))
         conn.execute(text("DELETE FROM schema_migrations WHERE version = 3"))
     assert not NEW_COLUMNS & {c["name"] for c in inspect(db.engine).get_columns("chats")}
-    assert db.migrate() == 3
+    assert db.migrate() == SCHEMA_VERSION
     assert NEW_COLUMNS <= {c["name"] for c in inspect(db.engine).get_columns("chats")}
     db.dispose()
 

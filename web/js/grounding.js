@@ -1,4 +1,4 @@
-// The worker's grounding check on an answer (`done.grounding`, stored as `details.grounding`): a badge
+// The worker's grounding check on an answer (`answer.grounding`, live and stored alike): a badge
 // ("grounded 4/5 sentences", or "quoted from the sources"), a banner when unsupported sentences were kept, and
 // the unsupported sentences themselves marked inside the rendered answer.
 

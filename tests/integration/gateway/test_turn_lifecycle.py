@@ -291,6 +291,30 @@ def test_a_rejoined_stream_on_the_owner_grows_to_the_stored_answer(cluster, a, c
     assert stored["content"] == dict(seen)["done"]["reply"]
 
 
+def test_a_turn_followed_from_another_replica_ends_with_the_answer_the_owner_sent(
+    cluster, a, b, carol, ducks, slow
+):
+    """Replica B follows A's turn from the database: its `done` is the stored answer itself, with the question,
+    the history and the flags of A's (without the question, the web said "your question was rewritten")."""
+    slow.token_delay_s = 0.01
+    chat_id = new_chat(a, carol, ducks)
+    turn = Turn(cluster[1].url, chat_id, carol)
+    turn.wait_tokens(2)
+
+    status, seen = read_stream(b, f"/api/chats/{chat_id}/stream", carol)
+    assert status == 200 and seen[0][0] == "snapshot"
+    turn.join(60)
+    live = dict(turn.events)["done"]
+    assert live["question"] == "What do ducks eat?" and live["history"] and live["flags"]
+    assert dict(seen)["done"] == live
+
+    # A reload shows the same answer, typed whole on the stored message.
+    stored = wait_idle(b, chat_id, carol)["messages"][1]
+    assert stored["status"] == "complete"
+    for key in ("reply", "question", "rewritten", "history", "flags", "citations", "route", "model"):
+        assert stored["answer"][key] == live[key], key
+
+
 def test_rejoin_and_stop_with_nothing_running_or_someone_elses_chat(a, b, carol, dave, ducks):
     chat_id = new_chat(a, carol, ducks)
     assert a.get(f"/api/chats/{chat_id}/stream", headers=carol).status_code == 204

@@ -145,13 +145,13 @@ export class ChatView {
     // A turn still running (this page was reloaded, or it runs in another tab) is rejoined, not drawn stored.
     const live = rejoin && this.chat.busy;
     const messages = (this.chat.messages || []).filter((m) => !(live && m.status === "running"));
-    messages.forEach((message, i) => this.renderStored(message, messages[i - 1], messages[i + 1]));
+    messages.forEach((message, i) => this.renderStored(message, messages[i + 1]));
     this.updateScope();
     requestAnimationFrame(() => this.scrollToEnd(true));
     if (live) this.rejoin();
   }
 
-  renderStored(message, previous, next) {
+  renderStored(message, next) {
     if (message.role === "user") {
       this.messages.append(renderUserMessage(message.content || ""));
       // A turn that failed before any token stores only the user message, with the error.
@@ -163,7 +163,7 @@ export class ChatView {
       }
     } else if (message.role === "assistant") {
       const turn = new AssistantMessage();
-      turn.load(message, previous?.role === "user" ? previous.content : null);
+      turn.load(message);
       this.messages.append(turn.element);
     }
   }

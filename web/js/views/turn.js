@@ -151,24 +151,28 @@ export class AssistantMessage {
     });
   }
 
-  /** The `done` payload: the reply is authoritative, documents now carry provenance. */
-  finish(done) {
+  /**
+   * A finished answer, one shape wherever it comes from (contract/answer.py's `Answer`): the stream's `done`,
+   * a rejoined turn's, or a stored message's `answer`. Its reply replaces the streamed text (citations
+   * corrected, or quotes instead of an ungrounded draft); its documents now carry provenance.
+   */
+  finish(answer, { quiet = false } = {}) {
     this.state = "done";
-    // The final text replaces the streamed one: citations corrected, or quotes instead of an ungrounded draft.
-    if (typeof done.reply === "string") this.text = done.reply;
-    this.grounding = done.grounding || null;
-    if (Array.isArray(done.documents) && done.documents.length) this.setDocuments(done.documents);
+    this.text = answer.reply;
+    this.grounding = answer.grounding || null;
+    this.setDocuments(answer.documents);
     this.renderAnswer();
-    this.showRewritten(done.question, done.rewritten);
-    this.endSteps(done.timings?.total_ms);
+    this.showRewritten(answer.question, answer.rewritten);
+    const totalMs = answer.timings?.total_ms;
+    this.endSteps(totalMs);
     const parts = [];
-    if (done.model) parts.push(done.model);
-    if (typeof done.timings?.total_ms === "number") parts.push(formatSeconds(done.timings.total_ms));
-    if (done.abstained) parts.push("not enough evidence to answer");
+    if (answer.model) parts.push(answer.model);
+    if (typeof totalMs === "number") parts.push(formatSeconds(totalMs));
+    if (answer.abstained) parts.push("not enough evidence to answer");
     this.showMeta(parts);
     this.showGrounding();
     this.settle();
-    announce(`Answer: ${this.answer.textContent.slice(0, 400)}`);
+    if (!quiet) announce(`Answer: ${this.answer.textContent.slice(0, 400)}`);
   }
 
   /** The worker reported an error: keep what arrived, say what went wrong. */
@@ -209,38 +213,21 @@ export class AssistantMessage {
 
   // ---- a stored message (GET /api/chats/{id}) ----------------------------------------------------
 
-  load(message, question = null) {
+  /** A stored message: its steps, then its answer if it finished, else what it had and how it ended. */
+  load(message) {
     // The layer-1 gate's decision is stored as `gate`; the worker's steps as `steps`.
     if (message.gate?.route) this.addRoute(message.gate);
-    for (const step of message.steps || []) this.addStep(step);
-    this.setDocuments(message.documents || []);
-    this.text = message.content ?? "";
-    const status = message.status || "complete";
-    if (status === "complete") {
-      this.state = "done";
-      this.grounding = message.details?.grounding || null;
-      this.renderAnswer();
-      this.showRewritten(question, message.rewritten);
-      this.endSteps(message.timings?.total_ms);
-      const details = message.details || {};
-      const parts = [];
-      if (details.model) parts.push(details.model);
-      if (typeof message.timings?.total_ms === "number") parts.push(formatSeconds(message.timings.total_ms));
-      if (details.abstained) parts.push("not enough evidence to answer");
-      this.showMeta(parts);
-      this.showGrounding();
-      this.stepsBox.open = false;
-      this.settle();
-    } else if (status === "failed") {
-      this.fail({ error: message.error }, { quiet: true });
-      this.stepsBox.open = false;
-    } else if (message.details?.stopped) {
-      this.interrupt(true, { quiet: true });
-      this.stepsBox.open = false;
+    for (const step of message.steps) this.addStep(step);
+    if (message.answer) {
+      this.finish(message.answer, { quiet: true });
     } else {
-      this.interrupt(false, { quiet: true, reason: message.error });
-      this.stepsBox.open = false;
+      this.setDocuments(message.documents);
+      this.text = message.content;
+      if (message.status === "failed") this.fail({ error: message.error }, { quiet: true });
+      else if (message.details.stopped) this.interrupt(true, { quiet: true });
+      else this.interrupt(false, { quiet: true, reason: message.error });
     }
+    this.stepsBox.open = false;
   }
 
   // ---- rendering ---------------------------------------------------------------------------------
