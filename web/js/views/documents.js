@@ -1,26 +1,13 @@
 // Indexes and their documents: create an index, upload files into a dataset (drag and drop, several at
 // once, per-file progress, the gateway's reason when a file is refused), list, download, delete.
 
-import { api, uploadDocument } from "../api.js";
+import { api } from "../api.js";
 import { confirmDialog } from "../dialogs.js";
 import { announce, formatBytes, h, icon, mount, relativeTime } from "../dom.js";
 import { navigate } from "../router.js";
 import { readEvents } from "../sse.js";
+import { UploadQueue } from "./upload_queue.js";
 
-// The worker's indexing stages for one file, in order (WORKER_API.md `progress`), as shown to the user.
-const UPLOAD_STAGES = ["converting", "chunking", "embedding", "writing"];
-const STAGE_LABELS = {
-  converting: "Converting…",
-  chunking: "Splitting into passages…",
-  embedding: "Embedding…",
-  writing: "Writing to the index…",
-};
-// OCR reports each scanned page it has read (stage "ocr", with ocr: {page, done, total}).
-const stageLabel = (p) =>
-  p.stage === "ocr" && p.ocr
-    ? `Reading scanned page ${p.ocr.done} of ${p.ocr.total}…`
-    : STAGE_LABELS[p.stage] || `${p.stage}…`;
-const PARALLEL_UPLOADS = 2; // indexing is CPU-heavy on the worker; two at a time keeps the queue moving
 
 export class DocumentsView {
   constructor(shell, indexId) {
@@ -28,8 +15,10 @@ export class DocumentsView {
     this.indexId = indexId;
     this.indexes = [];
     this.index = null;
-    this.queue = [];
-    this.active = 0;
+    // Uploads outlive a re-render of the index (and a switch to another one): the queue belongs to the view.
+    this.uploads = new UploadQueue((item) => {
+      if (!this.destroyed && item.indexId === this.indexId) return this.refreshDocuments();
+    });
     this.destroyed = false;
     this.indexList = h("ul", { class: "index-list", role: "list" });
     this.detail = h("div", { class: "index-detail" });
@@ -219,7 +208,7 @@ export class DocumentsView {
       this.uploadList,
       this.table,
     );
-    for (const item of this.queue) if (!item.done) this.uploadList.append(item.row);
+    this.uploads.showIn(this.uploadList);
     this.renderTable();
     if (index.status === "building") this.followBuild(false);
   }
@@ -340,72 +329,7 @@ export class DocumentsView {
   enqueue(files) {
     if (!files.length) return;
     if (!this.datasetInput.reportValidity()) return;
-    const dataset = this.datasetInput.value.trim();
-    const indexId = this.indexId;
-    for (const file of files) {
-      const bar = h("progress", { max: 100, value: 0, "aria-label": `Upload of ${file.name}` });
-      const status = h("span", { class: "upload-status", text: "Waiting…" });
-      const row = h(
-        "li",
-        { class: "upload-item", dataset: { file: file.name } },
-        h("span", { class: "upload-name", text: file.name }),
-        h("span", { class: "muted small", text: `${formatBytes(file.size)} → ${dataset}` }),
-        bar,
-        status,
-      );
-      const item = { file, dataset, indexId, bar, status, row, done: false };
-      this.queue.push(item);
-      this.uploadList.append(row);
-    }
-    announce(`${files.length} file${files.length > 1 ? "s" : ""} queued for upload`);
-    this.pump();
-  }
-
-  pump() {
-    while (this.active < PARALLEL_UPLOADS) {
-      const item = this.queue.find((i) => !i.started);
-      if (!item) return;
-      item.started = true;
-      this.active += 1;
-      this.upload(item).finally(() => {
-        this.active -= 1;
-        this.pump();
-      });
-    }
-  }
-
-  async upload(item) {
-    item.status.textContent = "Uploading…";
-    try {
-      // The bar: the bytes sent fill the first half, the indexing stages the second.
-      const answer = await uploadDocument(
-        item.indexId,
-        item.file,
-        item.dataset,
-        (fraction) => {
-          item.bar.value = Math.round(fraction * 50);
-          item.status.textContent = fraction < 1 ? `Uploading ${Math.round(fraction * 100)}%` : "Indexing…";
-        },
-        (progress) => {
-          const at = UPLOAD_STAGES.indexOf(progress.stage);
-          if (at >= 0) item.bar.value = 50 + Math.round(((at + 1) / (UPLOAD_STAGES.length + 1)) * 50);
-          item.status.textContent = stageLabel(progress);
-        },
-      );
-      item.bar.value = 100;
-      const chunks = answer?.chunks ?? answer?.document?.chunks;
-      item.status.textContent = typeof chunks === "number" ? `Indexed · ${chunks} chunks` : "Indexed";
-      item.row.classList.add("ok");
-      announce(`${item.file.name} uploaded`);
-    } catch (err) {
-      item.row.classList.add("failed");
-      item.bar.hidden = true;
-      item.status.replaceChildren(icon("alert"), h("span", { text: err.message }));
-      item.status.setAttribute("role", "alert");
-      announce(`${item.file.name} was refused: ${err.message}`);
-    }
-    item.done = true;
-    if (!this.destroyed && item.indexId === this.indexId) await this.refreshDocuments();
+    this.uploads.add(files, this.datasetInput.value.trim(), this.indexId);
   }
 
   async refreshDocuments() {
