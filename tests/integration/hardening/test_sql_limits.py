@@ -36,6 +36,23 @@ def chat(worker, question: str, timeout: float = 60) -> httpx.Response:
     return httpx.post(worker.url + "/chat", json=body, timeout=timeout)
 
 
+def chat_within(worker, question: str, seconds: float) -> httpx.Response:
+    """`chat`, failing (not hanging) when no answer comes within `seconds` of wall time."""
+    outcome: dict = {}
+
+    def ask():
+        try:
+            outcome["response"] = chat(worker, question, timeout=seconds)
+        except httpx.HTTPError as exc:
+            outcome["error"] = repr(exc)
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    asker.join(timeout=seconds)
+    assert "response" in outcome, f"no answer within {seconds:g} s: {outcome.get('error', 'still running')}"
+    return outcome["response"]
+
+
 @pytest.fixture(scope="module")
 def sql_worker(tmp_path_factory, fake_ollama_server):
     proc = worker_in(tmp_path_factory.mktemp("sql_limits"), fake_ollama_server.url)
@@ -87,20 +104,6 @@ def test_health_answers_during_an_endless_query_and_the_query_stops_at_the_limit
     assert outcome["seconds"] < 12, outcome["seconds"]
 
 
-def test_a_huge_one_row_result_is_bounded_in_bytes(sql_worker, fake_ollama):
-    """`SELECT range(n)` is one row, inside the row limit: the reply must not carry megabytes of it."""
-    fake_ollama.responder = writes_sql("SELECT range(500000) AS r")
-    resp = chat(sql_worker, "How many numbers are in the range?")
-    assert resp.status_code == 200, resp.text[:500]
-    size = len(resp.content)
-    done = resp.json()
-    tables = [d for d in done["documents"] if d.get("kind") == "table"]
-    said = done["flags"].get("sql_fallback", "") + " ".join(str(d.get("truncated")) for d in tables)
-    assert size < 1_000_000, f"a {size:,}-byte reply for one row ({said[:200]})"
-    # Refused (falls back, saying why) or truncated (the document says so): never silently cut.
-    assert done["flags"].get("sql_fallback") or all(d["truncated"] for d in tables), done["flags"]
-
-
 @pytest.mark.parametrize(
     "sql",
     [
@@ -115,10 +118,24 @@ def test_a_huge_one_row_result_is_bounded_in_bytes(sql_worker, fake_ollama):
 def test_a_cte_in_an_inner_scope_does_not_let_a_file_name_past_the_checker(sql_worker, fake_ollama, sql):
     """Only DuckDB's external-access setting stopped these; the checker itself must refuse them (both layers)."""
     fake_ollama.responder = writes_sql(sql)
-    resp = chat(sql_worker, "How many wards are there?")
+    resp = chat_within(sql_worker, "How many wards are there?", seconds=60)
     assert resp.status_code == 200, resp.text[:500]
     fallback = resp.json()["flags"].get("sql_fallback", "")
     assert fallback.startswith("query refused") and "unknown table" in fallback, fallback
+
+
+def test_a_huge_one_row_result_is_bounded_in_bytes(sql_worker, fake_ollama):
+    """`SELECT range(n)` is one row, inside the row limit: the reply must not carry megabytes of it."""
+    fake_ollama.responder = writes_sql("SELECT range(200000) AS r")
+    resp = chat_within(sql_worker, "How many numbers are in the range?", seconds=90)
+    assert resp.status_code == 200, resp.text[:500]
+    size = len(resp.content)
+    done = resp.json()
+    tables = [d for d in done["documents"] if d.get("kind") == "table"]
+    said = done["flags"].get("sql_fallback", "") + " ".join(str(d.get("truncated")) for d in tables)
+    assert size < 1_000_000, f"a {size:,}-byte reply for one row ({said[:200]})"
+    # Refused (falls back, saying why) or truncated (the document says so): never silently cut.
+    assert done["flags"].get("sql_fallback") or all(d["truncated"] for d in tables), done["flags"]
 
 
 @pytest.mark.slow

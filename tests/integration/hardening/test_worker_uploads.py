@@ -116,9 +116,11 @@ def test_a_linked_image_in_an_open_document_is_not_fetched(client, name, build):
 # -- DNS rebinding ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/config", "/get_documents?index=default"])
+@pytest.mark.parametrize("path", ["/config", "/get_documents?index=rebind"])
 def test_a_request_for_a_foreign_host_is_refused(client, path):
     """A page on evil.example whose name now resolves to 127.0.0.1 sends `Host: evil.example` and no Origin."""
+    resp = upload(client, "payroll.txt", b"The payroll runs on the last Friday of the month.", index="rebind")
+    assert resp.status_code == 200, resp.text
     resp = client.get(path, headers={"Host": EVIL_HOST})
     clear_refusal(resp)
     # Loopback names still answer.
