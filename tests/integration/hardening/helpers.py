@@ -30,7 +30,8 @@ def writes_sql(sql: str):
 
 
 def sql_requests(fake) -> list[dict]:
-    return [r for r in list(fake.requests) if (r.get("messages") or [{}])[0].get("content") == SQL_PROMPT]
+    """The requests the fake Ollama received (`{"path", "body"}` each) that carry the overridden SQL prompt."""
+    return [r for r in list(fake.requests) if SQL_PROMPT in str((r.get("body") or {}).get("messages"))]
 
 
 def worker_in(tmp: Path, ollama_url: str, **env: str) -> ServerProcess:
