@@ -179,6 +179,8 @@ def test_a_document_of_more_chunks_than_the_setting_is_refused_with_413_naming_t
     resp = upload(client, "long.txt", "\n\n".join(paragraphs).encode(), index="chunks")
     assert resp.status_code == 413, f"{resp.status_code}: {resp.text[:300]}"
     assert str(MAX_CHUNKS) in resp.json()["error"], resp.json()
+    listed = client.get("/get_documents", params={"index": "chunks"})
+    assert listed.status_code == 404 or listed.json() == [], listed.text[:300]  # refused: nothing stored
 
 
 # -- file names -------------------------------------------------------------------------------------------------
