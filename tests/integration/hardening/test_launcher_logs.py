@@ -4,6 +4,7 @@ only (0600), whatever the umask."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import subprocess
@@ -47,8 +48,6 @@ def test_run_system_creates_its_logs_readable_by_their_owner_only(tmp_path):
                 while not json_state.exists() and run.proc.poll() is None and time.monotonic() < deadline:
                     time.sleep(0.2)
                 if json_state.exists():
-                    import json
-
                     run.state = json.loads(json_state.read_text())
             run.cleanup()
         assert all(m == "0o600" for m in modes.values()), modes
