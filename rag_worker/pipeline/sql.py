@@ -3,9 +3,9 @@
 The utility model writes one SELECT from the tables' schema and a few sample rows; `validate` checks it with a
 real SQL parser (sqlglot, DuckDB dialect): one statement, a query and nothing else, only known tables, no table
 functions and no function that reads files, the environment or settings. The query then runs in a locked-down
-in-memory DuckDB (rag_worker/tables/) under a row and a time limit. Its result becomes one document of kind
-`table` (with the query) that the generator answers from. Anything that fails says why, and the turn falls back
-to ordinary retrieval.
+in-memory DuckDB (rag_worker/tables/) under a time, memory, row, byte and cell limit. Its result becomes one
+document of kind `table` (with the query) that the generator answers from. Anything that fails says why, and the
+turn falls back to ordinary retrieval.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def result_document(
     header = "| " + " | ".join(result.columns) + " |"
     rule = "| " + " | ".join("---" for _ in result.columns) + " |"
     body = ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in result.rows]
-    more = "\n(more rows not shown)" if result.truncated else ""
+    more = f"\n(more rows not shown: the result is limited to {result.limit})" if result.truncated else ""
     sources = ", ".join(sorted({c.filename for c in used}))
     text = (
         f"Result of a SQL query over {sources}\n"
@@ -235,13 +235,18 @@ def answer_with_sql(turn: Turn, query: str) -> Iterator:
             sql,
             max_rows=settings.sql_max_rows,
             timeout_s=settings.sql_timeout_s,
+            max_bytes=settings.sql_max_result_bytes,
+            max_cells=settings.sql_max_cells,
+            memory_mb=settings.sql_memory_mb,
         )
     except tables_mod.QueryError as exc:
         return Outcome([], sql, str(exc), False)
     used = [tables[n] for n in sorted(used_names)]
     doc = result_document(sql, result, used, index_of)
     rows = len(result.rows)
-    label = f"{rows} row{'s' if rows != 1 else ''}" + (" (truncated)" if result.truncated else "")
+    label = f"{rows} row{'s' if rows != 1 else ''}" + (
+        f" (truncated at {result.limit})" if result.truncated else ""
+    )
     return Outcome([doc], sql, label, True)
 
 
