@@ -131,9 +131,14 @@ class Settings(BaseSettings):
     keepalive_s: float = Field(default=15.0, alias="SSE_KEEPALIVE_S")
 
     # Text-to-SQL over spreadsheet tables (rag_worker/pipeline/sql.py): result rows kept, query time limit,
-    # and the tokens the utility model may spend writing the query.
+    # and the tokens the utility model may spend writing the query. A result is also cut at SQL_MAX_RESULT_BYTES
+    # (cells counted as text) and SQL_MAX_CELLS (refused when its first row alone is over); DuckDB may use
+    # SQL_MEMORY_MB per query and never spills to disk (rag_worker/tables/query.py).
     sql_max_rows: int = Field(default=200, ge=1, alias="SQL_MAX_ROWS")
     sql_timeout_s: float = Field(default=10.0, gt=0, alias="SQL_TIMEOUT_S")
+    sql_max_result_bytes: int = Field(default=65_536, ge=1024, alias="SQL_MAX_RESULT_BYTES")
+    sql_max_cells: int = Field(default=10_000, ge=1, alias="SQL_MAX_CELLS")
+    sql_memory_mb: int = Field(default=512, ge=64, alias="SQL_MEMORY_MB")
     sql_max_tokens: int = Field(default=400, ge=16, alias="SQL_MAX_TOKENS")
 
     # Fair queue around a turn's CPU-bound stages (embedding, retrieval, rerank, provenance): at most
