@@ -19,6 +19,7 @@ from launcher.ollama import report_ollama
 from launcher.paths import (
     client_host,
     load_settings,
+    logs_folder,
     port_free,
     project_path,
     read_pid_file,
@@ -43,7 +44,7 @@ def child_env(settings) -> dict[str, str]:
 
 def cmd_start(args: argparse.Namespace) -> int:
     logs_dir: Path = args.logs_dir
-    logs_dir.mkdir(parents=True, exist_ok=True)
+    logs_folder(logs_dir)
     running = read_pid_file(logs_dir)
     if running and is_alive(running["supervisor"]["pid"], running["supervisor"].get("ticks")):
         print(
