@@ -77,3 +77,11 @@ def test_the_gateway_refuses_a_foreign_host_with_a_421_naming_the_setting(tmp_pa
             assert body["code"] == "host_not_allowed" and "GATEWAY_ALLOWED_HOSTS" in body["error"], body
             assert resp.headers["x-content-type-options"] == "nosniff"  # security headers still on it
         assert client.get("/api/openapi.json", headers={"Host": "127.0.0.1:8000"}).status_code == 200
+
+
+def test_run_system_on_a_named_host_lets_both_services_answer_to_that_name():
+    from launcher.start import with_host_allowed
+
+    env = with_host_allowed({"WORKER_ALLOWED_HOSTS": "api.example"}, "box.lan")
+    assert env["WORKER_ALLOWED_HOSTS"] == "api.example,box.lan" and env["GATEWAY_ALLOWED_HOSTS"] == "box.lan"
+    assert with_host_allowed({}, "127.0.0.1") == {} and with_host_allowed({}, "localhost") == {}
