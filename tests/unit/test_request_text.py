@@ -98,3 +98,26 @@ def test_launcher_logs_are_private_whatever_the_umask(tmp_path):
     for name in ("worker.log", "gateway.log", "run_system.json"):
         assert stat.S_IMODE((logs / name).stat().st_mode) == 0o600, name
     assert (logs / "gateway.log").read_text() == "left by an older start\ntwo\n"
+
+
+def test_the_workers_password_travels_in_a_header_never_in_a_logged_url(tmp_path, caplog):
+    import asyncio
+    import logging
+
+    import httpx
+
+    from gateway.settings import Settings
+    from gateway.worker_client import WorkerClient
+
+    seen = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"status": "ok"})
+
+    settings = Settings(INDEX_STORE=tmp_path, WORKER_URL="http://svc:s3cret@worker:8001")
+    client = WorkerClient(settings, transport=httpx.MockTransport(answer))
+    with caplog.at_level(logging.INFO, logger="httpx"):
+        assert asyncio.run(client.health())[0] == 200
+    assert seen[0].headers["authorization"].startswith("Basic ")  # svc:s3cret, as before
+    assert "s3cret" not in str(seen[0].url) and "s3cret" not in caplog.text
