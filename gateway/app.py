@@ -11,6 +11,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
+from contract.hosts import AllowedHosts
+
 from . import accounts, chats, lifecycle, meta, openapi
 from .auth import LoginThrottle, RateLimit
 from .context import Context
@@ -18,6 +20,7 @@ from .db import Database
 from .errors import HANDLERS
 from .fallback import fallback_for
 from .headers import SecurityHeaders
+from .hosts import HostCheck
 from .indexes import builds
 from .indexes import routes as indexes
 from .limits import BodyLimit
@@ -106,6 +109,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         # First: the client address every limit below counts by.
         Middleware(ProxyHeaders, trusted=settings.forwarded_allow_ips),
         Middleware(SecurityHeaders),
+        Middleware(HostCheck, allowed=AllowedHosts.parse(settings.allowed_hosts)),
         Middleware(BodyLimit, default=settings.max_json_bytes, larger=[(indexes.UPLOAD_PATH, upload_limit)]),
     ]
     return Starlette(routes=routes, middleware=middleware, exception_handlers=HANDLERS, lifespan=lifespan)

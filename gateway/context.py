@@ -13,10 +13,13 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
+from contract.text import lone_surrogate_at, surrogate_refusal
+
 from .auth import LoginThrottle, RateLimit, read_claims
 from .db import Database, User
 from .errors import BadRequest, Forbidden, NotFound, Unauthorized
 from .quotas import TurnSlots
+from .schemas import MAX_ID
 from .sessions import check_cookie_request, request_token
 from .settings import Settings
 from .worker_client import WorkerClient
@@ -112,10 +115,10 @@ async def read_json(request: Request, model: type[M]) -> M:
             raise BadRequest("the JSON body is nested too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")
+    where = lone_surrogate_at(data)
+    if where:
+        raise BadRequest(surrogate_refusal(where), code="invalid_text", field=where)
     return model.model_validate(data)
-
-
-MAX_ID = 2**63 - 1  # the database's row ids are 64-bit: a larger number names nothing
 
 
 def path_id(request: Request, name: str = "id") -> int:

@@ -14,6 +14,11 @@ NOT_BLANK = r"\S"  # at least one character that is not white space
 PLAIN_NAME = r"^[^\x00-\x1f]*[^\x00-\x1f\s][^\x00-\x1f]*$"
 # A dataset name, as the worker takes it.
 DatasetName = Annotated[str, Field(json_schema_extra={"pattern": NAME_RE.pattern})]
+MAX_ID = (
+    2**63 - 1
+)  # the database's row ids are 64-bit: a larger number names nothing (and SQLite cannot take it)
+# A row id in a body (`index_ids`): positive and within the database's integers, else a 400 naming the field.
+RowId = Annotated[int, Field(ge=1, le=MAX_ID)]
 
 
 class Body(BaseModel):
@@ -51,7 +56,7 @@ def _dataset_names(values: list[str] | None) -> list[str] | None:
 
 class ChatCreate(Body):
     title: str | None = Field(default=None, max_length=200)
-    index_ids: list[int] = Field(default_factory=list, max_length=50)
+    index_ids: list[RowId] = Field(default_factory=list, max_length=50)
     datasets: list[DatasetName] = Field(default_factory=list, max_length=100)
 
     _check_datasets = field_validator("datasets")(_dataset_names)
@@ -59,7 +64,7 @@ class ChatCreate(Body):
 
 class ChatUpdate(Body):
     title: str | None = Field(default=None, max_length=200)
-    index_ids: list[int] | None = Field(default=None, max_length=50)
+    index_ids: list[RowId] | None = Field(default=None, max_length=50)
     datasets: list[DatasetName] | None = Field(default=None, max_length=100)
 
     _check_datasets = field_validator("datasets")(_dataset_names)

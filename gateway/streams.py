@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -91,8 +92,16 @@ def event_error(data: dict) -> WorkerFailed:
     return WorkerFailed(message, code=code, status=503 if "unavailable" in code else 502)
 
 
+def shown_url(url: str) -> str:
+    """A URL as messages may show it (the public /health among them): any `user:password@` masked."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+
+
 def unreachable(worker_url: str, exc: Exception) -> WorkerUnavailable:
-    return WorkerUnavailable(f"the worker at {worker_url} is unreachable ({type(exc).__name__})")
+    return WorkerUnavailable(f"the worker at {shown_url(worker_url)} is unreachable ({type(exc).__name__})")
 
 
 class WorkerStream:

@@ -6,12 +6,23 @@ Plain requests are answered here as JSON; streamed ones are opened through gatew
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
 from .errors import WorkerFailed
 from .settings import Settings
 from .streams import WorkerStream, open_stream, unreachable, worker_error
+
+
+def without_credentials(url: str) -> tuple[str, httpx.BasicAuth | None]:
+    """`http://user:pass@worker:8001` -> (`http://worker:8001`, Basic auth): the password travels in the header
+    only, never in a URL that httpx logs (`HTTP Request: GET ...` at INFO) or a message shows."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    auth = httpx.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), auth
 
 
 class WorkerClient:
@@ -24,8 +35,10 @@ class WorkerClient:
             max_connections=settings.worker_max_connections,
             max_keepalive_connections=min(100, settings.worker_max_connections),
         )
+        base_url, auth = without_credentials(settings.worker_url.rstrip("/"))
         self.http = httpx.AsyncClient(
-            base_url=settings.worker_url.rstrip("/"),
+            base_url=base_url,
+            auth=auth,
             headers=headers,
             timeout=httpx.Timeout(connect=5.0, read=settings.worker_read_timeout_s, write=60.0, pool=60.0),
             limits=limits,

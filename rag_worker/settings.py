@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contract.hosts import AllowedHosts
+
 from .security import mask_credentials, parse_origins
 
 
@@ -54,6 +56,9 @@ class Settings(BaseSettings):
     worker_api_key: SecretStr | None = Field(default=None, alias="WORKER_API_KEY")
     # Browser origins allowed to call the worker (comma-separated); a request with any other Origin is 403.
     allowed_origins: str = Field(default="", alias="WORKER_ALLOWED_ORIGINS")
+    # Host names the worker answers to besides loopback names and IP addresses (comma-separated; `*`: any);
+    # a request for another name is 421 (contract/hosts.py: DNS rebinding).
+    allowed_hosts: str = Field(default="", alias="WORKER_ALLOWED_HOSTS")
     # Listening beyond loopback without WORKER_API_KEY is refused unless this says the network is private.
     allow_open: bool = Field(default=False, alias="WORKER_ALLOW_OPEN")
 
@@ -166,6 +171,10 @@ class Settings(BaseSettings):
     @property
     def origins(self) -> frozenset[str]:
         return parse_origins(self.allowed_origins)
+
+    @property
+    def hosts(self) -> AllowedHosts:
+        return AllowedHosts.parse(self.allowed_hosts)
 
     # Grounding (rag_worker/pipeline/grounding.py): each answer sentence is scored against the passages the model
     # read; thresholds and weight chosen on all 809 SciFact train claims by `python -m bench.grounding` (which then

@@ -40,6 +40,7 @@ def make_settings(tmp: Path, **extra) -> Settings:
         "LOGIN_FREE_ATTEMPTS": 3,
         "LOGIN_LOCK_ATTEMPTS": 3,
         "LOGIN_ADDRESS_LOCK_ATTEMPTS": 6,
+        "GATEWAY_ALLOWED_HOSTS": "gw.test",  # the name app_client's requests are for
     }
     return Settings(**{**base, **extra})
 
