@@ -2,7 +2,7 @@
 
 **Models.** A turn may name the worker's own models (its GENERATION_MODEL and UTILITY_MODEL, read from its
 /config), the turn defaults' model, and those an administrator lists in `allowed_models`; any other model is a
-400 naming the allowed ones, for every user (an administrator adds a model to the list first). Without this any
+409 naming the allowed ones (well-formed, but not what this server offers: a conflict with its settings), for every user (an administrator adds a model to the list first). Without this any
 user could load any model the Ollama server has.
 
 **Prompts.** A prompt override (`options.prompts`) reaches the model as its instructions, and the SQL prompt
@@ -22,7 +22,7 @@ from sqlmodel import Session
 
 from .context import Context, in_thread
 from .db import SettingRow, User, utcnow
-from .errors import BadRequest, Forbidden
+from .errors import Conflict, Forbidden
 from .quotas import check_options
 from .schemas import TurnChoice, TurnRequest
 from .turns.plan import default_options
@@ -70,7 +70,8 @@ def choosable_models(policy: Policy, defaults: dict, configured: list[str]) -> l
 
 async def allowed_turn(c: Context, user: User, body: TurnRequest) -> TurnRequest:
     """The turn as the worker may see it: its options within this server's limits, its model one the server
-    allows, its prompt preset resolved into prompts; a 400 or 403 that says what is not allowed."""
+    allows, its prompt preset resolved into prompts; a 4xx that says what is not allowed (400 over a limit,
+    403 a member's prompt override, 409 a model or preset this server does not offer)."""
     options = body.options
     check_options(options, c.settings)
     if options is None or (
@@ -101,7 +102,7 @@ async def check_model(c: Context, model: str, policy: Policy, defaults: dict) ->
         return  # allowed without asking the worker
     allowed = choosable_models(policy, defaults, configured_models(await c.worker.config()))
     if model not in allowed:
-        raise BadRequest(
+        raise Conflict(
             f"the model {model[:200]!r} is not offered on this server; the models are: {', '.join(allowed)}",
             code="model_not_allowed",
             field="options.model",
@@ -116,7 +117,7 @@ def with_preset(options: TurnChoice, policy: Policy, defaults: dict) -> TurnChoi
     preset = policy.prompt_presets.get(name)
     if preset is None:
         names = ", ".join(sorted(policy.prompt_presets)) or "none"
-        raise BadRequest(
+        raise Conflict(
             f"there is no prompt preset {name!r} on this server; the presets are: {names}",
             code="unknown_preset",
             field="options.prompt_preset",

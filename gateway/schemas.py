@@ -120,6 +120,15 @@ PresetName = Annotated[str, Field(min_length=1, max_length=64, pattern=NAME_RE.p
 ModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
 
 
+PromptPresets = Annotated[
+    dict[PresetName, Prompts],
+    Field(
+        max_length=50,
+        json_schema_extra={"propertyNames": {"minLength": 1, "maxLength": 64, "pattern": NAME_RE.pattern}},
+    ),
+]
+
+
 class TurnChoice(TurnOptions):
     """A turn's options as a user sends them: the worker's, plus `prompt_preset`, one of the prompt presets an
     administrator allows (gateway/policy.py resolves it into `prompts` before the worker sees the turn)."""
@@ -182,7 +191,7 @@ class SettingsUpdate(Body):
     # Models a turn may name besides the worker's own GENERATION_MODEL and UTILITY_MODEL.
     allowed_models: list[ModelName] | None = Field(default=None, max_length=50)
     # Named sets of prompts ({name: {prompt: text}}) that every user may choose with `options.prompt_preset`.
-    prompt_presets: dict[PresetName, Prompts] | None = Field(default=None, max_length=50)
+    prompt_presets: PromptPresets | None = None
 
     @field_validator("prompt_presets")
     @classmethod

@@ -30,7 +30,7 @@ def test_a_member_may_not_override_prompts_but_may_choose_a_preset(tmp_path) -> 
         )
         assert "administrator" in r.json()["error"]
         r = turn(c, url, member, prompt_preset="terse")
-        assert (r.status_code, r.json()["code"]) == (400, "unknown_preset")
+        assert (r.status_code, r.json()["code"]) == (409, "unknown_preset")
 
         presets = {"terse": {"system": "Answer in one sentence."}}
         r = c.put("/api/settings", json={"prompt_presets": presets}, headers=bearer(member))
@@ -46,7 +46,7 @@ def test_a_member_may_not_override_prompts_but_may_choose_a_preset(tmp_path) -> 
         # Allowed now: the turn goes on to the worker (none runs here: 503).
         assert turn(c, url, member, prompt_preset="terse").status_code == 503
         r = turn(c, url, member, prompt_preset="chatty")
-        assert (r.status_code, r.json()["code"]) == (400, "unknown_preset")
+        assert (r.status_code, r.json()["code"]) == (409, "unknown_preset")
         assert "terse" in r.json()["error"]
         admin_chat = c.post("/api/chats", json={}, headers=bearer(admin)).json()
         r = turn(c, f"/api/chats/{admin_chat['id']}/messages", admin, prompts={"system": "Be brief."})

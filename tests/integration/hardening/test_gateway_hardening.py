@@ -192,6 +192,14 @@ def test_an_ordinary_user_cannot_override_a_prompt(api, member, member_chat, oll
 
 def test_a_member_chooses_a_preset_and_a_model_an_admin_allows(api, admin, member, member_chat, ollama):
     """What the admin allows reaches the model: the preset's prompt as the system prompt, the listed model."""
+    refused = api.post(
+        f"/api/chats/{member_chat}/messages",
+        json={"message": "What do ducks eat?", "options": {"model": EXTRA_MODEL}},
+        headers=member,
+    )
+    assert all(model in clear_refusal(refused)["error"] for model in MODELS), (
+        refused.text
+    )  # names the allowed
     marker = "PRESET MARKER: answer as briefly as you can."
     allowed = {"prompt_presets": {"brief": {"system": marker}}, "allowed_models": [EXTRA_MODEL]}
     r = api.put("/api/settings", json=allowed, headers=admin)
