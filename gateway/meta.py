@@ -27,21 +27,20 @@ async def get_settings(request: Request) -> JSONResponse:
             return default_options(s), load_policy(s)
 
     options, policy = await in_thread(load)
-    worker_defaults = None
     try:
         worker_defaults = await c.worker.config()
     except ApiError:
         worker_defaults = None
-        return JSONResponse(
-            SettingsOut(
-                options=options,
-                worker_defaults=worker_defaults if user.is_admin else None,
-                allowed_models=policy.allowed_models,
-                models=choosable_models(policy, options, configured_models(worker_defaults)),
-                presets=sorted(policy.prompt_presets),
-                prompt_presets=policy.prompt_presets if user.is_admin else None,
-            ).data()
-        )
+    return JSONResponse(
+        SettingsOut(
+            options=options,
+            worker_defaults=worker_defaults if user.is_admin else None,
+            allowed_models=policy.allowed_models,
+            models=choosable_models(policy, options, configured_models(worker_defaults)),
+            presets=sorted(policy.prompt_presets),
+            prompt_presets=policy.prompt_presets if user.is_admin else None,
+        ).data()
+    )
 
 
 async def put_settings(request: Request) -> JSONResponse:

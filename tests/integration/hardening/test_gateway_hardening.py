@@ -205,6 +205,14 @@ def test_a_member_chooses_a_preset_and_a_model_an_admin_allows(api, admin, membe
     r = api.put("/api/settings", json=allowed, headers=admin)
     assert r.status_code == 200, r.text
     try:
+        # A member sees what they may choose: the models (the worker's own and the listed one), the presets' names.
+        shown = api.get("/api/settings", headers=member).json()
+        assert shown["models"] == [*MODELS, EXTRA_MODEL], shown
+        assert (shown["presets"], shown["prompt_presets"], shown["worker_defaults"]) == (
+            ["brief"],
+            None,
+            None,
+        )
         before = len(ollama.requests)
         resp = api.post(
             f"/api/chats/{member_chat}/messages",
