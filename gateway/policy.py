@@ -2,8 +2,9 @@
 
 **Models.** A turn may name the worker's own models (its GENERATION_MODEL and UTILITY_MODEL, read from its
 /config), the turn defaults' model, and those an administrator lists in `allowed_models`; any other model is a
-409 naming the allowed ones (well-formed, but not what this server offers: a conflict with its settings), for every user (an administrator adds a model to the list first). Without this any
-user could load any model the Ollama server has.
+409 naming the allowed ones (well-formed, but not what this server offers: a conflict with its settings), for
+every user (an administrator adds a model to the list first). Without this any user could load any model the
+Ollama server has.
 
 **Prompts.** A prompt override (`options.prompts`) reaches the model as its instructions, and the SQL prompt
 decides which queries run over a user's tables: only administrators send them (a member's is a 403). Everyone
