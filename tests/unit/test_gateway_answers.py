@@ -120,4 +120,4 @@ def test_a_chat_from_before_whole_answers_reads_back_with_them(db):
         {"role": "user", "content": "Thanks!"},
         {"role": "assistant", "content": "You're welcome."},
     ]
-    assert db.migrate() == 4  # a second start applies nothing twice
+    assert db.migrate() == SCHEMA_VERSION  # a second start applies nothing twice
