@@ -1,7 +1,7 @@
 """What one account may ask of the shared machine: running turns at once, and answer length.
 
 A turn holds worker threads (the embedded model's, or an Ollama slot) for as long as it runs, so one account
-with many chats open could occupy all of them. Counted in this gateway process (like the login throttle); a
+with many chats open could occupy all of them. Counted in this gateway process (unlike failed logins); a
 deployment with several gateway replicas multiplies the allowance by their number.
 """
 

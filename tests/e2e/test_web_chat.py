@@ -361,14 +361,25 @@ def test_an_admin_changes_the_turn_defaults(page: Page):
     expect(hyde).to_have_value("")  # "Default (off)": the worker's own default
     hyde.select_option("on")
     page.get_by_label("Passages per answer").fill("4")
+    # What users may choose per turn: a model besides the worker's own, and a prompt preset.
+    page.get_by_label("Models users may choose").fill("llama3.2:1b")
+    presets = page.get_by_label("Presets (JSON)")
+    presets.fill('{"brief": {"system": "Answer in one sentence."')
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator(".settings-form .save-status")).to_contain_text("not valid JSON")
+    presets.fill('{"brief": {"system": "Answer in one sentence."}}')
     page.get_by_role("button", name="Save settings").click()
     expect(page.locator(".settings-form .save-status")).to_have_text("Saved. New turns use these settings.")
     page.reload()
     expect(page.get_by_label("HyDE", exact=True)).to_have_value("on")
     expect(page.get_by_label("Passages per answer")).to_have_value("4")
+    expect(page.get_by_label("Models users may choose")).to_have_value("llama3.2:1b")
+    expect(page.get_by_label("Presets (JSON)")).to_have_value(re.compile("Answer in one sentence"))
     # Back to the defaults, so the screenshots show a fresh install.
     page.get_by_label("HyDE", exact=True).select_option("")
     page.get_by_label("Passages per answer").fill("")
+    page.get_by_label("Models users may choose").fill("")
+    page.get_by_label("Presets (JSON)").fill("")
     page.get_by_role("button", name="Save settings").click()
     expect(page.locator(".settings-form .save-status")).to_have_text("Saved. New turns use these settings.")
 

@@ -190,6 +190,47 @@ def test_an_ordinary_user_cannot_override_a_prompt(api, member, member_chat, oll
     clear_refusal(resp)
 
 
+def test_a_member_chooses_a_preset_and_a_model_an_admin_allows(api, admin, member, member_chat, ollama):
+    """What the admin allows reaches the model: the preset's prompt as the system prompt, the listed model."""
+    refused = api.post(
+        f"/api/chats/{member_chat}/messages",
+        json={"message": "What do ducks eat?", "options": {"model": EXTRA_MODEL}},
+        headers=member,
+    )
+    assert all(model in clear_refusal(refused)["error"] for model in MODELS), (
+        refused.text
+    )  # names the allowed
+    marker = "PRESET MARKER: answer as briefly as you can."
+    allowed = {"prompt_presets": {"brief": {"system": marker}}, "allowed_models": [EXTRA_MODEL]}
+    r = api.put("/api/settings", json=allowed, headers=admin)
+    assert r.status_code == 200, r.text
+    try:
+        # A member sees what they may choose: the models (the worker's own and the listed one), the presets' names.
+        shown = api.get("/api/settings", headers=member).json()
+        assert shown["models"] == [*MODELS, EXTRA_MODEL], shown
+        assert (shown["presets"], shown["prompt_presets"], shown["worker_defaults"]) == (
+            ["brief"],
+            None,
+            None,
+        )
+        before = len(ollama.requests)
+        resp = api.post(
+            f"/api/chats/{member_chat}/messages",
+            json={
+                "message": "What do ducks eat?",
+                "options": {"prompt_preset": "brief", "model": EXTRA_MODEL},
+            },
+            headers=member,
+        )
+        assert resp.status_code == 200, resp.text
+        bodies = [r.get("body") or {} for r in list(ollama.requests)[before:]]
+        assert any(marker in json.dumps(b) for b in bodies), "the preset's prompt never reached the model"
+        assert EXTRA_MODEL in {b.get("model") for b in bodies}
+    finally:
+        r = api.put("/api/settings", json={"prompt_presets": {}, "allowed_models": []}, headers=admin)
+        assert r.status_code == 200, r.text
+
+
 # -- upload names -----------------------------------------------------------------------------------------------
 
 
