@@ -139,13 +139,14 @@ def test_auto_keeps_preferring_ollama_then_the_embedded_model(fake):
 
 
 def test_run_system_health_reports_the_openai_server(fake):
-    import run_system
+    from launcher.health import openai_row
+    from launcher.probes import describe_llm
 
-    row = run_system.openai_row(settings_for(fake))
+    row = openai_row(settings_for(fake))
     assert (row.component, row.state, row.healthy) == ("openai", "ok", True)
-    down = run_system.openai_row(settings_for(None))
+    down = openai_row(settings_for(None))
     assert (down.state, down.healthy) == ("down", False)
-    missing = run_system.openai_row(settings_for(fake, GENERATION_MODEL="big:70b"))
+    missing = openai_row(settings_for(fake, GENERATION_MODEL="big:70b"))
     assert missing.state == "degraded" and "does not serve big:70b" in missing.detail
-    line = run_system.describe_llm(LLMRouter(settings_for(fake)).health())
+    line = describe_llm(LLMRouter(settings_for(fake)).health())
     assert line.startswith("OpenAI-compatible server, model qwen3:8b at " + fake.base_url)
