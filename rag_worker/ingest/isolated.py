@@ -144,7 +144,7 @@ class IsolatedConverter:
             }
             try:
                 answer = yield from self.sandbox.run_steps(
-                    self.TASK, args, timeout_s=self.timeout_s, memory_mb=self.memory_mb
+                    self.TASK, args, timeout_s=self.timeout_s, memory_mb=self.memory_mb, scratch=out_dir
                 )
             except SandboxError as err:
                 raise self._refusal(err) from None
