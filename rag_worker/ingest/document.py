@@ -314,10 +314,6 @@ def ingest_attachments(services: Services, index: str, prepared: Prepared) -> li
     outcomes: list[dict] = []
     limit = services.settings.max_attachments_per_message
     indexed, skipped = attachments.split_at(attachments.attachments_to_index(prepared), limit)
-    for name, _ in skipped:
-        outcomes.append(
-            {"filename": name, "error": attachments.skipped_reason(limit), "code": attachments.SKIPPED}
-        )
     for name, data in indexed:
         keep_at = None
         if prepared.keep_at is not None:
@@ -336,4 +332,6 @@ def ingest_attachments(services: Services, index: str, prepared: Prepared) -> li
             except Exception as exc:  # one attachment never fails its message
                 log.exception("indexing attachment %s failed", name)
                 outcomes.append({"filename": name, "error": internal_error(exc, ""), "code": "internal"})
+    reason = attachments.skipped_reason(limit)
+    outcomes.extend({"filename": name, "error": reason, "code": attachments.SKIPPED} for name, _ in skipped)
     return outcomes
