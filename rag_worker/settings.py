@@ -112,6 +112,12 @@ class Settings(BaseSettings):
     ocr_languages: str = Field(default="eng", pattern=r"^[A-Za-z_]+(\+[A-Za-z_]+)*$", alias="OCR_LANGUAGES")
     ocr_timeout_s: float = Field(default=300.0, gt=0, alias="OCR_TIMEOUT_S")
     max_pdf_pages: int = Field(default=2000, alias="MAX_PDF_PAGES", ge=1)
+    # Images (OCR) declaring more pixels than this are refused (413) before anything is decoded.
+    max_image_pixels: int = Field(default=89_478_485, alias="MAX_IMAGE_PIXELS", ge=1)
+    # Indexing work past conversion runs in the worker process (chunking, embedding): a document of more chunks is
+    # refused (413), and a message's attachments past this many are not indexed (each reported as skipped).
+    max_chunks_per_document: int = Field(default=5000, alias="MAX_CHUNKS_PER_DOCUMENT", ge=1)
+    max_attachments_per_message: int = Field(default=50, alias="MAX_ATTACHMENTS_PER_MESSAGE", ge=0)
     # Conversion runs in a child process (rag_worker/sandbox/) with these bounds: address space one conversion
     # may add to the converter's own (RLIMIT_AS), and wall-clock seconds.
     convert_max_memory_mb: int = Field(default=2048, alias="CONVERT_MAX_MEMORY_MB", ge=16)

@@ -20,6 +20,7 @@ from tests.msg_writer import Recipient, msg_bytes
 from tests.servers import worker_process
 
 MAX_CHUNKS = 5
+MAX_ATTACHMENTS = 3
 EVIL_HOST = "evil.example"
 
 
@@ -31,6 +32,7 @@ def worker(tmp_path_factory, fake_ollama_server):
         "OLLAMA_HOST": fake_ollama_server.url,
         "OVERVIEW_SUMMARIES": "off",
         "MAX_CHUNKS_PER_DOCUMENT": str(MAX_CHUNKS),
+        "MAX_ATTACHMENTS_PER_MESSAGE": str(MAX_ATTACHMENTS),
         **OLLAMA_ENV,
     }
     with worker_process(tmp_path_factory.mktemp("worker_uploads"), env=env) as proc:
@@ -181,6 +183,20 @@ def test_a_document_of_more_chunks_than_the_setting_is_refused_with_413_naming_t
     assert str(MAX_CHUNKS) in resp.json()["error"], resp.json()
     listed = client.get("/get_documents", params={"index": "chunks"})
     assert listed.status_code == 404 or listed.json() == [], listed.text[:300]  # refused: nothing stored
+
+
+def test_attachments_past_the_setting_are_skipped_and_each_reported_the_message_indexed(client):
+    resp = upload(client, "bundle.eml", eml(attachments=MAX_ATTACHMENTS + 2), index="bundle")
+    assert resp.status_code == 200, resp.text[:300]
+    outcomes = resp.json()["attachments"]
+    assert [a["filename"] for a in outcomes] == [
+        f"bundle.eml.note{i:03d}.txt" for i in range(MAX_ATTACHMENTS + 2)
+    ]
+    assert all(a.get("chunks", 0) >= 1 for a in outcomes[:MAX_ATTACHMENTS]), outcomes
+    for skipped in outcomes[MAX_ATTACHMENTS:]:
+        assert skipped["code"] == "too_many_attachments" and str(MAX_ATTACHMENTS) in skipped["error"], skipped
+    listed = sorted(f for _, f in documents(client, "bundle"))
+    assert listed == ["bundle.eml", *(f"bundle.eml.note{i:03d}.txt" for i in range(MAX_ATTACHMENTS))], listed
 
 
 # -- file names -------------------------------------------------------------------------------------------------
