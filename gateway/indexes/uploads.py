@@ -111,7 +111,18 @@ async def relay(
     record: Callable[[dict], dict],
 ) -> StreamingResponse:
     # A 4xx from the worker is raised here, as JSON.
-    stream = await c.worker.add_document_stream(worker_name, dataset, filename, content, upload.content_type)
+    try:
+        stream = await c.worker.add_document_stream(
+            worker_name, dataset, filename, content, upload.content_type
+        )
+    except WorkerRefused:
+        raise
+    except ApiError:  # no answer came: the worker may have indexed the file all the same
+        result = await indexed_anyway(c, worker_name, dataset, filename, content)
+        if result is None:
+            raise
+        document = await in_thread(record, result)
+        return event_response(iter_once(frame("done", document)))
 
     async def recovered(failure: dict) -> str:
         """The `done` frame when the worker indexed the file although its stream broke, else `failure`'s error."""
@@ -158,6 +169,10 @@ async def relay(
             )
 
     return event_response(body())
+
+
+async def iter_once(item: str) -> AsyncIterator[str]:
+    yield item
 
 
 def _code(data: dict) -> dict:
