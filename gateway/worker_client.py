@@ -26,6 +26,10 @@ class WorkerClient:
         limits = httpx.Limits(
             max_connections=settings.worker_max_connections,
             max_keepalive_connections=min(100, settings.worker_max_connections),
+            # Idle connections are dropped here well before the worker's keep-alive (WORKER_KEEPALIVE, 75 s)
+            # closes them there; one the worker closes at the moment it is reused still fails before any answer,
+            # which the idempotent requests survive (streams.send_once_more).
+            keepalive_expiry=5.0,
         )
         self.http = httpx.AsyncClient(
             base_url=settings.worker_url.rstrip("/"),
