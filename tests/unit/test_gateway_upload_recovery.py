@@ -42,7 +42,10 @@ class LosingWorker:
 @pytest.fixture
 def gateway(tmp_path):
     settings = Settings(
-        INDEX_STORE=tmp_path / "store", UPLOADS_DIR=tmp_path / "uploads", WORKER_URL="http://w"
+        INDEX_STORE=tmp_path / "store",
+        UPLOADS_DIR=tmp_path / "uploads",
+        WORKER_URL="http://w",
+        GATEWAY_ALLOWED_HOSTS="testserver",  # Starlette's test client's Host
     )
     worker = LosingWorker()
     with TestClient(create_app(settings)) as client:
