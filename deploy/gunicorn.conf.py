@@ -33,7 +33,9 @@ worker_connections = _int("WORKER_CONNECTIONS", 1000)
 timeout = _int("WORKER_TIMEOUT", 0)
 # On SIGTERM, streams in flight get this long to finish before the process is killed.
 graceful_timeout = _int("WORKER_GRACEFUL_TIMEOUT", 20)
-# Longer than a load balancer's idle timeout toward us would be pointless; nginx defaults to 60 s.
+# Longer than a load balancer's idle timeout toward us would be pointless; nginx defaults to 60 s. Keep it above
+# the gateway's pool expiry (5 s): a client must drop an idle connection before the server closes it, or a request
+# sent on it as it closes is lost before any answer (the gateway retries only the idempotent ones).
 keepalive = _int("WORKER_KEEPALIVE", 75)
 
 # Logs go to stdout/stderr: run_system.py writes them to logs/worker.log, Docker to its log driver.

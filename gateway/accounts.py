@@ -14,6 +14,7 @@ from sqlmodel import col, func, select, update
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from . import lockout
 from .auth import hash_password, issue_token, verify_password
 from .context import Context, admin_user, ctx, current_user, in_thread, path_id, read_json
 from .db import Database, User, iso
@@ -97,15 +98,22 @@ async def register(request: Request) -> JSONResponse:
     return _signed_in(request, c, user, {}, status=201)
 
 
+# One answer for every failed sign-in (unknown name, wrong password, disabled account): which of them it was is
+# nobody's business but the administrator's, or the answer would tell a guesser they found the password.
+BAD_CREDENTIALS = "wrong username or password, or the account is disabled"
+
+
 async def login(request: Request) -> JSONResponse:
     c = ctx(request)
     check_origin(request, c.settings, required=False)
     body = await read_json(request, Credentials)
     address = _client(request)
     # Counted per (account, address) and per address, never per account alone: guessing at an account from
-    # one address must not lock its owner out everywhere else.
+    # one address must not lock its owner out everywhere else. The attempt is counted before the password is
+    # checked (gateway/lockout.py), so concurrent guesses cannot slip past the lock.
     pair_key, address_key = f"acct:{body.username.lower()}@{address}", f"addr:{address}"
-    delay = max(c.throttle.delay_for([pair_key]), c.address_throttle.delay_for([address_key]))
+    guards = [(pair_key, c.throttle), (address_key, c.address_throttle)]
+    delay = await in_thread(lockout.reserve, c.db, guards)
     if delay:
         await asyncio.sleep(delay)
 
@@ -115,15 +123,12 @@ async def login(request: Request) -> JSONResponse:
 
     user = await in_thread(load)
     ok = await in_thread(verify_password, body.password, user.password_hash if user else None)
-    if not ok or user is None:
-        c.throttle.failed([pair_key])
-        c.address_throttle.failed([address_key])
-        raise Unauthorized("wrong username or password", code="bad_credentials")
-    # Only this account's counter is cleared: logging into one's own account must not reset an address
-    # that is guessing at others.
-    c.throttle.succeeded([pair_key])
-    if user.disabled:
-        raise Forbidden("this account has been disabled by an administrator", code="account_disabled")
+    if not ok or user is None or user.disabled:
+        # A disabled account's right password stays counted as a failure, like a wrong one: same answer.
+        raise Unauthorized(BAD_CREDENTIALS, code="bad_credentials")
+    # This account's counter starts afresh; the address only gets this attempt back: logging into one's own
+    # account must not reset an address that is guessing at others.
+    await in_thread(lockout.succeeded, c.db, [pair_key], [address_key])
     if user.first_admin:
         from .indexes.demo import adopt_demo_index
 
@@ -159,14 +164,13 @@ async def change_password(request: Request) -> JSONResponse:
     user = await current_user(request)
     body = await read_json(request, PasswordChange)
     pair_key = f"acct:{user.username.lower()}@{_client(request)}"
-    delay = c.throttle.delay_for([pair_key])
+    delay = await in_thread(lockout.reserve, c.db, [(pair_key, c.throttle)])
     if delay:
         await asyncio.sleep(delay)
     if not await in_thread(verify_password, body.current_password, user.password_hash):
-        c.throttle.failed([pair_key])
         # Well-formed, but the caller failed to prove it is the owner: a 403 (a 401 would end the web session).
         raise Forbidden("the current password is wrong", code="wrong_password", field="current_password")
-    c.throttle.succeeded([pair_key])
+    await in_thread(lockout.succeeded, c.db, [pair_key], [])
     password_hash = await in_thread(hash_password, body.new_password)
     updated = await in_thread(revoke_tokens, c.db, user.id, password_hash=password_hash)
     if updated is None:

@@ -11,13 +11,16 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
+from contract.hosts import AllowedHosts
+
 from . import accounts, chats, lifecycle, meta, openapi
 from .auth import LoginThrottle, RateLimit
-from .context import Context
+from .context import Context, upload_slots
 from .db import Database
 from .errors import HANDLERS
 from .fallback import fallback_for
 from .headers import SecurityHeaders
+from .hosts import HostCheck
 from .indexes import builds
 from .indexes import routes as indexes
 from .limits import BodyLimit
@@ -66,6 +69,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             address_throttle=address_throttle,
             registrations=registrations,
             turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
+            upload_slots=upload_slots(settings.max_uploads_per_user),
         )
         # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
         sweeper = asyncio.create_task(
@@ -106,6 +110,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         # First: the client address every limit below counts by.
         Middleware(ProxyHeaders, trusted=settings.forwarded_allow_ips),
         Middleware(SecurityHeaders),
+        Middleware(HostCheck, allowed=AllowedHosts.parse(settings.allowed_hosts)),
         Middleware(BodyLimit, default=settings.max_json_bytes, larger=[(indexes.UPLOAD_PATH, upload_limit)]),
     ]
     return Starlette(routes=routes, middleware=middleware, exception_handlers=HANDLERS, lifespan=lifespan)

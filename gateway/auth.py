@@ -90,18 +90,13 @@ def bearer_token(header: str | None) -> str:
     return token.strip()
 
 
-@dataclass
-class _Failures:
-    count: int = 0
-    first_at: float = 0.0
-
-
-@dataclass
+@dataclass(frozen=True)
 class LoginThrottle:
-    """Counts failed logins per key (a username, an address) inside a window.
+    """How failed logins of one kind of key (a username at an address, an address) are answered.
 
     The first `free` failures cost nothing extra; after that each attempt waits a delay that doubles up to
-    `max_delay_s`; from `lock_after` failures the key is refused (429) until the window has passed.
+    `max_delay_s`; from `lock_after` failures the key is refused (429) until the window has passed. The counts
+    live in the database (gateway/lockout.py), so concurrent attempts and gateway replicas share them.
     """
 
     free: int = 5
@@ -109,46 +104,12 @@ class LoginThrottle:
     max_delay_s: float = 5.0
     lock_after: int = 20
     window_s: float = 900.0
-    clock: Callable[[], float] = time.monotonic
-    _failures: dict[str, _Failures] = field(default_factory=dict)
 
-    def _current(self, key: str) -> _Failures:
-        entry = self._failures.get(key)
-        if entry is not None and self.clock() - entry.first_at > self.window_s:
-            del self._failures[key]
-            entry = None
-        return entry or _Failures()
-
-    def delay_for(self, keys: list[str]) -> float:
-        """Seconds to wait before answering this attempt; raises 429 when a key is locked."""
-        worst = max((self._current(k).count for k in keys), default=0)
-        if worst >= self.lock_after:
-            oldest = min(self._current(k).first_at for k in keys if self._current(k).count >= self.lock_after)
-            retry = max(1, math.ceil(self.window_s - (self.clock() - oldest)))
-            raise TooManyRequests(
-                f"too many failed logins: try again in {retry} s",
-                code="login_throttled",
-                headers={"Retry-After": str(retry)},
-            )
-        if worst < self.free:
+    def delay(self, failures: int) -> float:
+        """Seconds to wait before checking an attempt that follows `failures` failed ones."""
+        if failures < self.free:
             return 0.0
-        return min(self.max_delay_s, self.base_delay_s * 2 ** (worst - self.free))
-
-    def failed(self, keys: list[str]) -> None:
-        now = self.clock()
-        for key in keys:
-            entry = self._current(key)
-            if entry.count == 0:
-                entry.first_at = now
-            entry.count += 1
-            self._failures[key] = entry
-        if len(self._failures) > 10_000:  # keep memory bounded under a spray of usernames
-            for key in [k for k in self._failures if now - self._failures[k].first_at > self.window_s]:
-                del self._failures[key]
-
-    def succeeded(self, keys: list[str]) -> None:
-        for key in keys:
-            self._failures.pop(key, None)
+        return min(self.max_delay_s, self.base_delay_s * 2 ** (failures - self.free))
 
 
 @dataclass

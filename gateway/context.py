@@ -13,10 +13,13 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
+from contract.text import lone_surrogate_at, surrogate_refusal
+
 from .auth import LoginThrottle, RateLimit, read_claims
 from .db import Database, User
 from .errors import BadRequest, Forbidden, NotFound, Unauthorized
 from .quotas import TurnSlots
+from .schemas import MAX_ID
 from .sessions import check_cookie_request, request_token
 from .settings import Settings
 from .worker_client import WorkerClient
@@ -37,6 +40,8 @@ class Context:
     registrations: RateLimit = field(default_factory=lambda: RateLimit(limit=10, window_s=3600))
     # Running turns per user (MAX_TURNS_PER_USER), counted in this process.
     turn_slots: TurnSlots = field(default_factory=lambda: TurnSlots(per_user=4))
+    # Uploads being indexed per user (MAX_UPLOADS_PER_USER), counted in this process.
+    upload_slots: TurnSlots = field(default_factory=lambda: upload_slots(4))
     # Turns still being read from the worker, kept referenced so a browser disconnect cannot drop them.
     running: set[asyncio.Task] = field(default_factory=set)
     # This process's name as a turn owner (gateway/lifecycle.py), and its running turns by chat id.
@@ -44,6 +49,10 @@ class Context:
     turns: dict[int, Any] = field(default_factory=dict)
     # Index builds this process runs (gateway/indexes/builds.py), by index id.
     builds: dict[int, Any] = field(default_factory=dict)
+
+
+def upload_slots(per_user: int) -> TurnSlots:
+    return TurnSlots(per_user=per_user, code="too_many_uploads", what="files being indexed")
 
 
 def ctx(request: Request) -> Context:
@@ -112,10 +121,10 @@ async def read_json(request: Request, model: type[M]) -> M:
             raise BadRequest("the JSON body is nested too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")
+    where = lone_surrogate_at(data)
+    if where:
+        raise BadRequest(surrogate_refusal(where), code="invalid_text", field=where)
     return model.model_validate(data)
-
-
-MAX_ID = 2**63 - 1  # the database's row ids are 64-bit: a larger number names nothing
 
 
 def path_id(request: Request, name: str = "id") -> int:

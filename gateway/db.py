@@ -149,6 +149,16 @@ class SettingRow(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
+class LoginFailure(SQLModel, table=True):
+    """Failed logins of one key (an (account, address) pair, or an address) inside a window, counted in the
+    database so that concurrent guesses, and every gateway replica, share one count (gateway/lockout.py)."""
+
+    __tablename__ = "login_failures"
+    key: str = Field(primary_key=True, max_length=200)
+    count: int = 0
+    expires_at: float = Field(default=0.0, index=True)  # epoch seconds: the window ends, the row goes
+
+
 class SchemaMigration(SQLModel, table=True):
     __tablename__ = "schema_migrations"
     version: int = Field(primary_key=True)
@@ -236,12 +246,18 @@ def _answer_whole(conn: Connection) -> None:
                 conn.execute(old.update().where(old.c.id == row["id"]).values(answer=answer))
 
 
+def _login_failures(conn: Connection) -> None:
+    """Failed logins counted in the database (they were counted in each process's memory)."""
+    LoginFailure.__table__.create(conn, checkfirst=True)
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
     (2, "account security: token versions, disabled accounts, one first admin", _account_security),
     (3, "turn lifecycle: running turn, owner, heartbeat, stop", _turn_lifecycle),
     (4, "the answer stored whole on its message", _answer_whole),
+    (5, "failed logins counted in the database", _login_failures),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse
 from .context import admin_user, ctx, current_user, in_thread, read_json
 from .db import SettingRow, utcnow
 from .errors import ApiError
+from .policy import Policy, choosable_models, configured_models, load_policy, store_policy
 from .quotas import check_options
 from .responses import Health, SettingsOut
 from .routing import ApiRoute, Operation
@@ -16,22 +17,30 @@ from .turns.plan import TURN_OPTIONS_KEY, default_options
 
 
 async def get_settings(request: Request) -> JSONResponse:
-    """The turn defaults, for everyone; the worker's configuration (models, hosts, prompts) for admins only."""
+    """The turn defaults, the models a turn may name and the prompt presets' names, for everyone; the presets'
+    prompts and the worker's configuration (models, hosts, prompts) for admins only."""
     user = await current_user(request)
     c = ctx(request)
 
-    def load() -> dict:
+    def load() -> tuple[dict, Policy]:
         with c.db.session() as s:
-            return default_options(s)
+            return default_options(s), load_policy(s)
 
-    options = await in_thread(load)
-    worker_defaults = None
-    if user.is_admin:
-        try:
-            worker_defaults = await c.worker.config()
-        except ApiError:
-            worker_defaults = None
-    return JSONResponse(SettingsOut(options=options, worker_defaults=worker_defaults).data())
+    options, policy = await in_thread(load)
+    try:
+        worker_defaults = await c.worker.config()
+    except ApiError:
+        worker_defaults = None
+    return JSONResponse(
+        SettingsOut(
+            options=options,
+            worker_defaults=worker_defaults if user.is_admin else None,
+            allowed_models=policy.allowed_models,
+            models=choosable_models(policy, options, configured_models(worker_defaults)),
+            presets=sorted(policy.prompt_presets),
+            prompt_presets=policy.prompt_presets if user.is_admin else None,
+        ).data()
+    )
 
 
 async def put_settings(request: Request) -> JSONResponse:
@@ -39,18 +48,32 @@ async def put_settings(request: Request) -> JSONResponse:
     c = ctx(request)
     body = await read_json(request, SettingsUpdate)
     check_options(body.options, c.settings)
-    options = body.options.as_options()
 
-    def store() -> None:
+    def store() -> tuple[dict, Policy]:
         with c.db.session() as s:
-            row = s.get(SettingRow, TURN_OPTIONS_KEY) or SettingRow(key=TURN_OPTIONS_KEY)
-            row.value = options
-            row.updated_at = utcnow()
-            s.add(row)
+            if body.options is not None:
+                row = s.get(SettingRow, TURN_OPTIONS_KEY) or SettingRow(key=TURN_OPTIONS_KEY)
+                row.value = body.options.as_options()
+                row.updated_at = utcnow()
+                s.add(row)
+            policy = load_policy(s)
+            if body.allowed_models is not None:
+                policy.allowed_models = list(dict.fromkeys(body.allowed_models))
+            if body.prompt_presets is not None:
+                policy.prompt_presets = body.prompt_presets
+            store_policy(s, policy)
             s.commit()
+            return default_options(s), policy
 
-    await in_thread(store)
-    return JSONResponse(SettingsOut(options=options).data())
+    options, policy = await in_thread(store)
+    return JSONResponse(
+        SettingsOut(
+            options=options,
+            allowed_models=policy.allowed_models,
+            presets=sorted(policy.prompt_presets),
+            prompt_presets=policy.prompt_presets,
+        ).data()
+    )
 
 
 def _llm_state(worker_health: dict) -> str:
@@ -131,7 +154,8 @@ routes = [
         "/api/settings",
         get_settings,
         Operation(
-            "The turn defaults; the worker's configuration too for administrators",
+            "The turn defaults, the models a turn may name, the prompt presets; the worker's configuration and "
+            "the presets' prompts too for administrators",
             answer=SettingsOut,
             tag="settings",
         ),
@@ -141,7 +165,8 @@ routes = [
         "/api/settings",
         put_settings,
         Operation(
-            "Set the turn defaults (administrators)",
+            "Set the turn defaults, the allowed models and the prompt presets (administrators); a field left "
+            "out keeps its value",
             SettingsUpdate,
             SettingsOut,
             errors=(403,),

@@ -108,9 +108,10 @@ def spec(app_routes: Iterable[BaseRoute], settings: Settings | None = None) -> d
     components = schemas.get("$defs", {})
     # Two limits are this server's settings (MAX_MESSAGE_CHARS, MAX_TOKENS), narrower than the models' own.
     components["TurnRequest"]["properties"]["message"]["maxLength"] = settings.max_message_chars
-    for branch in components["TurnOptions"]["properties"]["max_tokens"]["anyOf"]:
-        if branch.get("type") == "integer":
-            branch["maximum"] = min(branch.get("maximum", settings.max_tokens), settings.max_tokens)
+    for options in ("TurnOptions", "TurnChoice"):  # the defaults' options, a turn's
+        for branch in components[options]["properties"]["max_tokens"]["anyOf"]:
+            if branch.get("type") == "integer":
+                branch["maximum"] = min(branch.get("maximum", settings.max_tokens), settings.max_tokens)
     paths: dict[str, dict] = {}
     for route in routes:
         paths.setdefault(route.doc_path, {})[route.method] = _operation(route)

@@ -176,6 +176,12 @@ class SettingsOut(Out):
     options: Json
     # The worker's configuration (models, hosts, prompts), for administrators only.
     worker_defaults: Json | None = None
+    # Models a turn may name besides the worker's own (set by administrators), and all it may name.
+    allowed_models: list[str] = Field(default_factory=list)
+    models: list[str] | None = None
+    # The prompt presets' names (`options.prompt_preset`); their prompts for administrators only.
+    presets: list[str] = Field(default_factory=list)
+    prompt_presets: dict[str, dict[str, str]] | None = None
 
 
 class Health(Out):

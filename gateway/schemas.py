@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # For the OpenAPI document (gateway/openapi.py): rules the validators below enforce with friendlier messages.
@@ -14,6 +14,11 @@ NOT_BLANK = r"\S"  # at least one character that is not white space
 PLAIN_NAME = r"^[^\x00-\x1f]*[^\x00-\x1f\s][^\x00-\x1f]*$"
 # A dataset name, as the worker takes it.
 DatasetName = Annotated[str, Field(json_schema_extra={"pattern": NAME_RE.pattern})]
+MAX_ID = (
+    2**63 - 1
+)  # the database's row ids are 64-bit: a larger number names nothing (and SQLite cannot take it)
+# A row id in a body (`index_ids`): positive and within the database's integers, else a 400 naming the field.
+RowId = Annotated[int, Field(ge=1, le=MAX_ID)]
 
 
 class Body(BaseModel):
@@ -51,7 +56,7 @@ def _dataset_names(values: list[str] | None) -> list[str] | None:
 
 class ChatCreate(Body):
     title: str | None = Field(default=None, max_length=200)
-    index_ids: list[int] = Field(default_factory=list, max_length=50)
+    index_ids: list[RowId] = Field(default_factory=list, max_length=50)
     datasets: list[DatasetName] = Field(default_factory=list, max_length=100)
 
     _check_datasets = field_validator("datasets")(_dataset_names)
@@ -59,7 +64,7 @@ class ChatCreate(Body):
 
 class ChatUpdate(Body):
     title: str | None = Field(default=None, max_length=200)
-    index_ids: list[int] | None = Field(default=None, max_length=50)
+    index_ids: list[RowId] | None = Field(default=None, max_length=50)
     datasets: list[DatasetName] | None = Field(default=None, max_length=100)
 
     _check_datasets = field_validator("datasets")(_dataset_names)
@@ -116,11 +121,31 @@ class TurnOptions(BaseModel):
         return self.model_dump(exclude_none=True)
 
 
+PresetName = Annotated[str, Field(min_length=1, max_length=64, pattern=NAME_RE.pattern)]
+ModelName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
+
+
+PromptPresets = Annotated[
+    dict[PresetName, Prompts],
+    Field(
+        max_length=50,
+        json_schema_extra={"propertyNames": {"minLength": 1, "maxLength": 64, "pattern": NAME_RE.pattern}},
+    ),
+]
+
+
+class TurnChoice(TurnOptions):
+    """A turn's options as a user sends them: the worker's, plus `prompt_preset`, one of the prompt presets an
+    administrator allows (gateway/policy.py resolves it into `prompts` before the worker sees the turn)."""
+
+    prompt_preset: PresetName | None = None
+
+
 class TurnRequest(Body):
     message: str = Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK})
     datasets: list[DatasetName] | None = Field(default=None, max_length=100)
     force_rag: bool = False
-    options: TurnOptions | None = None
+    options: TurnChoice | None = None
 
     _check_datasets = field_validator("datasets")(_dataset_names)
 
@@ -165,7 +190,25 @@ class BuildRequest(Body):
 
 
 class SettingsUpdate(Body):
-    options: TurnOptions
+    """What an administrator sets; a field left out keeps its stored value."""
+
+    options: TurnOptions | None = None
+    # Models a turn may name besides the worker's own GENERATION_MODEL and UTILITY_MODEL.
+    allowed_models: list[ModelName] | None = Field(default=None, max_length=50)
+    # Named sets of prompts ({name: {prompt: text}}) that every user may choose with `options.prompt_preset`.
+    prompt_presets: PromptPresets | None = None
+
+    @field_validator("prompt_presets")
+    @classmethod
+    def _presets(cls, value: dict[str, dict[str, str]] | None) -> dict[str, dict[str, str]] | None:
+        for name, prompts in (value or {}).items():
+            if not NAME_RE.fullmatch(name):
+                raise ValueError(f"preset name {name[:80]!r} must be 1 to 64 letters, digits, '_' or '-'")
+            try:
+                TurnOptions.model_validate({"prompts": prompts})  # the same rules as a turn's prompts
+            except ValidationError as exc:
+                raise ValueError(f"preset {name!r}: {exc.errors()[0]['msg']}") from None
+        return value
 
 
 class StopRequest(Body):

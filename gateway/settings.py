@@ -64,8 +64,13 @@ class Settings(BaseSettings):
     # Origins besides the gateway's own that may send state-changing requests with the session cookie
     # (comma-separated, e.g. `https://chat.example.org` when a proxy rewrites the Host header).
     allowed_origins: str = Field(default="", alias="GATEWAY_ALLOWED_ORIGINS")
+    # Host names the gateway answers to besides loopback names and IP addresses: the names it is published as
+    # (comma-separated, `.example.org` for a domain and its subdomains; `*`: any). Another is 421 (DNS rebinding).
+    allowed_hosts: str = Field(default="", alias="GATEWAY_ALLOWED_HOSTS")
     # Turns one account may have running at once (across its chats), and the longest answer it may ask for.
     max_turns_per_user: int = Field(default=4, alias="MAX_TURNS_PER_USER", ge=1)
+    # Uploads one account may have being indexed at once (the web sends two at a time).
+    max_uploads_per_user: int = Field(default=4, alias="MAX_UPLOADS_PER_USER", ge=1)
     max_tokens: int = Field(default=2048, alias="MAX_TOKENS", ge=1, le=8192)
 
     # What the gateway sends as history: the worker refuses more than this (WORKER_API.md limits).

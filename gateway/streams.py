@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -91,8 +92,16 @@ def event_error(data: dict) -> WorkerFailed:
     return WorkerFailed(message, code=code, status=503 if "unavailable" in code else 502)
 
 
+def shown_url(url: str) -> str:
+    """A URL as messages may show it (the public /health among them): any `user:password@` masked."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+
+
 def unreachable(worker_url: str, exc: Exception) -> WorkerUnavailable:
-    return WorkerUnavailable(f"the worker at {worker_url} is unreachable ({type(exc).__name__})")
+    return WorkerUnavailable(f"the worker at {shown_url(worker_url)} is unreachable ({type(exc).__name__})")
 
 
 class WorkerStream:
@@ -129,11 +138,37 @@ class WorkerStream:
         await self.aclose()
 
 
-async def open_stream(http: httpx.AsyncClient, request: httpx.Request, worker_url: str) -> WorkerStream:
-    """Send `request` and return its open answer; a refusal or failure before the body is raised as ApiError
-    (the connection closed first)."""
+# Failures of a connection before the worker's answer began. A pooled keep-alive connection that the worker
+# closed at the moment it was reused fails so (RemoteProtocolError "Server disconnected without sending a
+# response", or a reset); a timeout is not among them: the worker may still be at work on the request.
+BEFORE_ANSWER = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+async def send_once_more(http: httpx.AsyncClient, request: httpx.Request, *, retry: bool) -> httpx.Response:
+    """`http.send(request, stream=True)`; with `retry` (a request that may be sent twice), a connection that
+    failed before any answer is tried once more, on a new connection."""
     try:
-        resp = await http.send(request, stream=True)
+        return await http.send(request, stream=True)
+    except BEFORE_ANSWER as exc:
+        if not retry:
+            raise
+        log.warning(
+            "%s %s: the connection failed before any answer (%s: %s); sending it once more",
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+            exc,
+        )
+    return await http.send(request, stream=True)
+
+
+async def open_stream(
+    http: httpx.AsyncClient, request: httpx.Request, worker_url: str, *, retry: bool = False
+) -> WorkerStream:
+    """Send `request` and return its open answer; a refusal or failure before the body is raised as ApiError
+    (the connection closed first). `retry` as for `send_once_more`."""
+    try:
+        resp = await send_once_more(http, request, retry=retry)
         if resp.status_code >= 400:
             try:
                 body = await resp.aread()

@@ -5,13 +5,27 @@ Plain requests are answered here as JSON; streamed ones are opened through gatew
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
 from .errors import WorkerFailed
 from .settings import Settings
-from .streams import WorkerStream, open_stream, unreachable, worker_error
+from .streams import WorkerStream, open_stream, send_once_more, unreachable, worker_error
+
+log = logging.getLogger("gateway.worker")
+
+
+def without_credentials(url: str) -> tuple[str, httpx.BasicAuth | None]:
+    """`http://user:pass@worker:8001` -> (`http://worker:8001`, Basic auth): the password travels in the header
+    only, never in a URL that httpx logs (`HTTP Request: GET ...` at INFO) or a message shows."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    auth = httpx.BasicAuth(unquote(parts.username or ""), unquote(parts.password or ""))
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])), auth
 
 
 class WorkerClient:
@@ -23,9 +37,15 @@ class WorkerClient:
         limits = httpx.Limits(
             max_connections=settings.worker_max_connections,
             max_keepalive_connections=min(100, settings.worker_max_connections),
+            # Idle connections are dropped here well before the worker's keep-alive (WORKER_KEEPALIVE, 75 s)
+            # closes them there; one the worker closes at the moment it is reused still fails before any answer,
+            # which the idempotent requests survive (streams.send_once_more).
+            keepalive_expiry=5.0,
         )
+        base_url, auth = without_credentials(settings.worker_url.rstrip("/"))
         self.http = httpx.AsyncClient(
-            base_url=settings.worker_url.rstrip("/"),
+            base_url=base_url,
+            auth=auth,
             headers=headers,
             timeout=httpx.Timeout(connect=5.0, read=settings.worker_read_timeout_s, write=60.0, pool=60.0),
             limits=limits,
@@ -36,11 +56,24 @@ class WorkerClient:
         await self.http.aclose()
 
     async def request_json(
-        self, method: str, path: str, *, timeout: float | None = None, **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: float | None = None,
+        idempotent: bool = False,
+        **kwargs: Any,
     ) -> Any:
+        """One request answered as JSON. `idempotent`: sending it twice does what sending it once does (GETs are),
+        so a connection that failed before any answer is tried once more on a fresh one."""
+        extra = {"timeout": timeout} if timeout is not None else {}
+        request = self.http.build_request(method, path, **kwargs, **extra)
         try:
-            extra = {"timeout": timeout} if timeout is not None else {}
-            resp = await self.http.request(method, path, **kwargs, **extra)
+            resp = await send_once_more(self.http, request, retry=idempotent or method == "GET")
+            try:
+                await resp.aread()
+            finally:
+                await resp.aclose()
         except httpx.TransportError as exc:
             raise unreachable(self.settings.worker_url, exc) from None
         except httpx.HTTPError as exc:  # an answer that cannot be read (a broken content encoding)
@@ -54,10 +87,12 @@ class WorkerClient:
         except ValueError:
             raise WorkerFailed("the worker answered with something that is not JSON") from None
 
-    async def open(self, method: str, path: str, **kwargs: Any) -> WorkerStream:
-        """A streamed answer with a 2xx status; a refusal or failure before the body is raised as ApiError."""
+    async def open(self, method: str, path: str, *, idempotent: bool = False, **kwargs: Any) -> WorkerStream:
+        """A streamed answer with a 2xx status; a refusal or failure before the body is raised as ApiError.
+        `idempotent` as for `request_json`."""
         request = self.http.build_request(method, path, **kwargs)
-        return await open_stream(self.http, request, self.settings.worker_url)
+        retry = idempotent or method == "GET"
+        return await open_stream(self.http, request, self.settings.worker_url, retry=retry)
 
     # The routes, one method each.
 
@@ -112,8 +147,10 @@ class WorkerClient:
     async def add_document(
         self, index: str, dataset: str, filename: str, content: bytes, content_type: str | None
     ) -> dict:
+        # The worker keeps one copy per (dataset, name) and these same bytes again are a no-op (their hash is
+        # already there): a second try never makes a second document.
         upload = self._upload(index, dataset, filename, content, content_type)
-        return await self.request_json("POST", "/add_document", **upload)
+        return await self.request_json("POST", "/add_document", idempotent=True, **upload)
 
     async def add_document_stream(
         self, index: str, dataset: str, filename: str, content: bytes, content_type: str | None
@@ -121,7 +158,8 @@ class WorkerClient:
         """`add_document` as SSE: `progress` per stage, then `done` (the result) or `error`. A refusal before
         any work (4xx) is raised as ApiError."""
         upload = self._upload(index, dataset, filename, content, content_type)
-        return await self.open("POST", "/add_document", headers={"Accept": "text/event-stream"}, **upload)
+        accept = {"Accept": "text/event-stream"}
+        return await self.open("POST", "/add_document", idempotent=True, headers=accept, **upload)
 
     async def get_document(self, index: str, dataset: str, filename: str) -> WorkerStream:
         """The original file, streamed."""
@@ -132,9 +170,8 @@ class WorkerClient:
         return await self.request_json("GET", "/get_documents", params={"index": index}) or []
 
     async def delete_document(self, index: str, dataset: str, filename: str) -> dict:
-        return await self.request_json(
-            "POST", "/delete", json={"index": index, "dataset": dataset, "filename": filename}
-        )
+        body = {"index": index, "dataset": dataset, "filename": filename}
+        return await self.request_json("POST", "/delete", json=body, idempotent=True)
 
     async def drop_index(self, index: str) -> None:
-        await self.request_json("DELETE", f"/indexes/{index}")
+        await self.request_json("DELETE", f"/indexes/{index}", idempotent=True)

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from launcher.paths import ROOT, project_path
+from launcher.paths import ROOT, open_log, project_path
 from launcher.processes import stop_group, tail
 
 
@@ -44,7 +44,7 @@ def build_demo_index(env: dict[str, str], logs_dir: Path, timeout: float) -> boo
         dataset.mkdir()
         for src in sources:
             shutil.copy2(src, dataset / src.name)
-        with open(log_path, "ab") as log:
+        with open_log(log_path) as log:
             cmd = [sys.executable, "-m", "rag_worker", "index", tmp, "--index", "demo", "--quiet"]
             proc = subprocess.Popen(
                 cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -46,6 +47,24 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def logs_folder(path: Path) -> Path:
+    """The logs folder, made readable by its owner only (0700) when this creates it; a folder that exists is left
+    as it is (it may be a shared one the operator chose)."""
+    if not path.exists():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    return path
+
+
+def open_log(path: Path):
+    """A log opened for appending, 0600 whatever the umask: logs hold every user's file names and questions. A log
+    an older start left readable to others is made private too."""
+    logs_folder(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
+
+
 def read_pid_file(logs_dir: Path) -> dict | None:
     try:
         return json.loads((logs_dir / PID_FILE).read_text())
@@ -55,7 +74,9 @@ def read_pid_file(logs_dir: Path) -> dict | None:
 
 def write_pid_file(logs_dir: Path, data: dict) -> None:
     tmp = logs_dir / (PID_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
+    with open_log(tmp) as fh:  # 0600 like the logs: it names the children's logs and settings
+        fh.truncate(0)
+        fh.write(json.dumps(data, indent=2).encode())
     tmp.replace(logs_dir / PID_FILE)
 
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.paths import ROOT, STOP_GRACE_S
+from launcher.paths import ROOT, STOP_GRACE_S, open_log
 
 
 def proc_stat(pid: int) -> list[str] | None:
@@ -98,8 +98,7 @@ class Child:
     ticks: str | None = None
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
+        with open_log(self.log_path) as log:
             log.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(self.args)}\n".encode())
             log.flush()
             # start_new_session: own process group, so a terminal's Ctrl-C reaches only the supervisor.

@@ -19,6 +19,7 @@ from launcher.ollama import report_ollama
 from launcher.paths import (
     client_host,
     load_settings,
+    logs_folder,
     port_free,
     project_path,
     read_pid_file,
@@ -43,7 +44,7 @@ def child_env(settings) -> dict[str, str]:
 
 def cmd_start(args: argparse.Namespace) -> int:
     logs_dir: Path = args.logs_dir
-    logs_dir.mkdir(parents=True, exist_ok=True)
+    logs_folder(logs_dir)
     running = read_pid_file(logs_dir)
     if running and is_alive(running["supervisor"]["pid"], running["supervisor"].get("ticks")):
         print(
@@ -93,6 +94,7 @@ def make_children(args: argparse.Namespace, env: dict[str, str]) -> list[Child]:
     """The worker, and unless --worker-only the gateway pointed at it; not started yet."""
     host, chost, logs_dir = args.host, client_host(args.host), args.logs_dir
     worker_url = f"http://{chost}:{args.worker_port}"
+    env = with_host_allowed(env, chost)
     children = [
         Child(
             "worker",
@@ -119,6 +121,19 @@ def make_children(args: argparse.Namespace, env: dict[str, str]) -> list[Child]:
             )
         )
     return children
+
+
+def with_host_allowed(env: dict[str, str], name: str) -> dict[str, str]:
+    """`--host some.name`: the services are reached by that name (the gateway calls the worker by it), so both
+    answer to it besides what WORKER_ALLOWED_HOSTS / GATEWAY_ALLOWED_HOSTS already list."""
+    from contract.hosts import AllowedHosts
+
+    if AllowedHosts.parse("").allows(name):  # localhost or an address: always answered
+        return env
+    env = dict(env)
+    for key in ("WORKER_ALLOWED_HOSTS", "GATEWAY_ALLOWED_HOSTS"):
+        env[key] = ",".join(item for item in (env.get(key, "").strip(), name) if item)
+    return env
 
 
 def start_state(args: argparse.Namespace, settings, children: list[Child]) -> dict:

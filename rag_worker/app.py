@@ -7,6 +7,8 @@ import logging
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from contract.hosts import host_refusal
+
 from .errors import ApiError, Forbidden, Unauthorized
 from .openai_compat import error_body, is_openai_path
 from .security import origin_allowed
@@ -32,6 +34,18 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
         app.register_blueprint(table.blueprint)
     # What /openapi.json is assembled from: each route's Operation, declared where the route is.
     app.extensions[meta.OPERATIONS] = tuple(op for table in route_tables for op in table.operations)
+
+    hosts = settings.hosts
+
+    @app.before_request
+    def refuse_foreign_hosts():
+        # DNS rebinding: a page whose name now points at the worker sends its own name as Host, and no Origin.
+        host = request.headers.get("Host")
+        if not hosts.allows(host):
+            raise ApiError(
+                host_refusal(host or "", "WORKER_ALLOWED_HOSTS"), code="host_not_allowed", status=421
+            )
+        return None
 
     @app.before_request
     def refuse_foreign_origins():

@@ -10,13 +10,17 @@ import re
 import unicodedata
 from pathlib import PurePosixPath, PureWindowsPath
 
+from contract.text import text_problem_in_filename
+
 from .errors import BadRequest
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NAME_RULE = "1 to 64 characters of letters, digits, '_' or '-'"
-# What check_filename accepts, for the OpenAPI document: no path separators, drive colons or control characters,
-# and at least one character that is neither a dot nor a space ("." and ".." are refused).
-FILENAME_PATTERN = r"^[^/\\\x00\r\n:]*[^/\\\x00\r\n:.\s][^/\\\x00\r\n:]*$"
+# What check_filename accepts, for the OpenAPI document: no path separators, drive colons, control characters or
+# bidirectional controls (contract/text.py), and at least one character that is neither a dot nor a space ("."
+# and ".." are refused).
+_NOT_IN_FILENAME = r"/\\\x00\r\n:\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c"
+FILENAME_PATTERN = rf"^[^{_NOT_IN_FILENAME}]*[^{_NOT_IN_FILENAME}.\s][^{_NOT_IN_FILENAME}]*$"
 # A table being built for an index by a rebuild (`<index>.<12 hex>`): never an index name (no dots there), so
 # the HTTP API cannot reach it; the store swaps it in when it is complete.
 STAGED_RE = re.compile(r"^([A-Za-z0-9_-]{1,64})\.[0-9a-f]{12}$")
@@ -56,6 +60,9 @@ def check_filename(value: object, field: str = "filename") -> str:
         raise BadFilename("the file name is longer than 255 bytes", field=field)
     if any(ch in name for ch in "\x00\r\n") or name in {".", ".."}:
         raise BadFilename("the file name contains forbidden characters", field=field)
+    problem = text_problem_in_filename(name)
+    if problem:
+        raise BadFilename(problem, field=field)
     if PurePosixPath(name).name != name or PureWindowsPath(name).name != name:
         raise BadFilename("the file name must not contain a path", code="path_in_filename", field=field)
     return name

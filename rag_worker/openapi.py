@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -43,6 +43,10 @@ class Operation:
     params: tuple[dict, ...] = ()
     error: type[BaseModel] = ErrorBody
     open: bool = False  # no key needed
+    # What an error status means here, when "error" says too little ({415: "a name without an extension ..."}).
+    meanings: dict[int, str] = field(default_factory=dict)
+    # OpenAPI links of the 200: the operations that act on what this one made ({name: {operationId, ...}}).
+    links: dict[str, dict] = field(default_factory=dict)
 
     @property
     def operation_id(self) -> str:
@@ -66,6 +70,17 @@ def sse(description: str, events: list[str] | None = None) -> Content:
         "properties": {"event": event, "data": {"type": "string", "contentMediaType": "application/json"}},
     }
     return {"text/event-stream": {"schema": schema}}
+
+
+def link(operation_id: str, *, parameters: dict | None = None, body: dict | None = None) -> dict:
+    """An OpenAPI link to `operation_id`, its parameters (or JSON body fields) taken from this answer's body:
+    `link("get_get_documents", parameters={"index": "index"})` passes the answer's `index` on."""
+    out: dict[str, Any] = {"operationId": operation_id}
+    if parameters:
+        out["parameters"] = {name: f"$response.body#/{source}" for name, source in parameters.items()}
+    if body:
+        out["requestBody"] = {name: f"$response.body#/{source}" for name, source in body.items()}
+    return out
 
 
 def json_content(schema: dict) -> Content:
@@ -107,6 +122,8 @@ def _operation(op: Operation, auth_required: bool) -> dict:
     ok: dict[str, Any] = {"description": "success"}
     if op.answer is not None:
         ok["content"] = {**_content(op.answer), **(op.also or {})}
+    if op.links:
+        ok["links"] = op.links
     responses = {"200": ok}
     codes = set(op.errors)
     if isinstance(op.body, type):  # a JSON body: anything but Content-Type application/json is a 415
@@ -115,8 +132,9 @@ def _operation(op: Operation, auth_required: bool) -> dict:
         codes.add(401)
     if op.body is not None:
         codes |= {400, 413}  # bad JSON; bodies past the size limit
-    for code in sorted(codes):
-        responses[str(code)] = {"description": "error", "content": _content(op.error)}
+    for code in sorted(codes | set(op.meanings)):
+        description = op.meanings.get(code, "error")
+        responses[str(code)] = {"description": description, "content": _content(op.error)}
     out["responses"] = responses
     if op.open or not auth_required:
         out["security"] = []

@@ -29,6 +29,7 @@ class Title(_Open):
 
 
 class Added(_Open):
+    index: str = Field(description="the index the file went into")
     filename: str
     dataset: str
     document_id: str = Field(description="sha256 of the file's bytes")

@@ -3,6 +3,8 @@
 - A browser sends an `Origin` header with every cross-site POST (and with fetches); other programs (the gateway,
   curl, scripts) send none. A request whose Origin is not listed in `WORKER_ALLOWED_ORIGINS` is refused, so a
   page on another site cannot drive the worker through a visitor's browser, key or no key.
+- A request for a host name other than `localhost`, an IP address or one in `WORKER_ALLOWED_HOSTS` is a 421
+  (contract/hosts.py): a DNS-rebinding page, same-origin for the browser and so sending no Origin, is refused.
 - JSON routes only accept `Content-Type: application/json`, which a page cannot send cross-site without a CORS
   preflight (that the worker never answers).
 - Listening beyond loopback without `WORKER_API_KEY` is refused unless `WORKER_ALLOW_OPEN=1` says it is meant.

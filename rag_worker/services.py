@@ -74,6 +74,7 @@ class Services:
                     office_timeout_s=s.office_timeout_s,
                     office_memory_mb=s.office_memory_mb,
                     max_pdf_pages=s.max_pdf_pages,
+                    max_image_pixels=s.max_image_pixels,
                 )
                 converter = IsolatedConverter(
                     artifacts_path=s.docling_artifacts_path,

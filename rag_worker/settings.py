@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contract.hosts import AllowedHosts
+
 from .security import mask_credentials, parse_origins
 
 
@@ -54,6 +56,9 @@ class Settings(BaseSettings):
     worker_api_key: SecretStr | None = Field(default=None, alias="WORKER_API_KEY")
     # Browser origins allowed to call the worker (comma-separated); a request with any other Origin is 403.
     allowed_origins: str = Field(default="", alias="WORKER_ALLOWED_ORIGINS")
+    # Host names the worker answers to besides loopback names and IP addresses (comma-separated; `*`: any);
+    # a request for another name is 421 (contract/hosts.py: DNS rebinding).
+    allowed_hosts: str = Field(default="", alias="WORKER_ALLOWED_HOSTS")
     # Listening beyond loopback without WORKER_API_KEY is refused unless this says the network is private.
     allow_open: bool = Field(default=False, alias="WORKER_ALLOW_OPEN")
 
@@ -107,6 +112,12 @@ class Settings(BaseSettings):
     ocr_languages: str = Field(default="eng", pattern=r"^[A-Za-z_]+(\+[A-Za-z_]+)*$", alias="OCR_LANGUAGES")
     ocr_timeout_s: float = Field(default=300.0, gt=0, alias="OCR_TIMEOUT_S")
     max_pdf_pages: int = Field(default=2000, alias="MAX_PDF_PAGES", ge=1)
+    # Images (OCR) declaring more pixels than this are refused (413) before anything is decoded.
+    max_image_pixels: int = Field(default=89_478_485, alias="MAX_IMAGE_PIXELS", ge=1)
+    # Indexing work past conversion runs in the worker process (chunking, embedding): a document of more chunks is
+    # refused (413), and a message's attachments past this many are not indexed (each reported as skipped).
+    max_chunks_per_document: int = Field(default=5000, alias="MAX_CHUNKS_PER_DOCUMENT", ge=1)
+    max_attachments_per_message: int = Field(default=50, alias="MAX_ATTACHMENTS_PER_MESSAGE", ge=0)
     # Conversion runs in a child process (rag_worker/sandbox/) with these bounds: address space one conversion
     # may add to the converter's own (RLIMIT_AS), and wall-clock seconds.
     convert_max_memory_mb: int = Field(default=2048, alias="CONVERT_MAX_MEMORY_MB", ge=16)
@@ -131,9 +142,14 @@ class Settings(BaseSettings):
     keepalive_s: float = Field(default=15.0, alias="SSE_KEEPALIVE_S")
 
     # Text-to-SQL over spreadsheet tables (rag_worker/pipeline/sql.py): result rows kept, query time limit,
-    # and the tokens the utility model may spend writing the query.
+    # and the tokens the utility model may spend writing the query. A result is also cut at SQL_MAX_RESULT_BYTES
+    # (cells counted as text) and SQL_MAX_CELLS (refused when its first row alone is over); DuckDB may use
+    # SQL_MEMORY_MB per query and never spills to disk (rag_worker/tables/query.py).
     sql_max_rows: int = Field(default=200, ge=1, alias="SQL_MAX_ROWS")
     sql_timeout_s: float = Field(default=10.0, gt=0, alias="SQL_TIMEOUT_S")
+    sql_max_result_bytes: int = Field(default=65_536, ge=1024, alias="SQL_MAX_RESULT_BYTES")
+    sql_max_cells: int = Field(default=10_000, ge=1, alias="SQL_MAX_CELLS")
+    sql_memory_mb: int = Field(default=512, ge=64, alias="SQL_MEMORY_MB")
     sql_max_tokens: int = Field(default=400, ge=16, alias="SQL_MAX_TOKENS")
 
     # Fair queue around a turn's CPU-bound stages (embedding, retrieval, rerank, provenance): at most
@@ -161,6 +177,10 @@ class Settings(BaseSettings):
     @property
     def origins(self) -> frozenset[str]:
         return parse_origins(self.allowed_origins)
+
+    @property
+    def hosts(self) -> AllowedHosts:
+        return AllowedHosts.parse(self.allowed_hosts)
 
     # Grounding (rag_worker/pipeline/grounding.py): each answer sentence is scored against the passages the model
     # read; thresholds and weight chosen on all 809 SciFact train claims by `python -m bench.grounding` (which then

@@ -14,6 +14,11 @@ def count(args: dict, emit) -> dict:
     return {"counted": args["n"], "pid": os.getpid()}
 
 
+def big(args: dict, emit) -> dict:
+    """A result far larger than one pipe line (an e-mail's headers and hundreds of attachment names)."""
+    return {"names": [f"attachment-{i:04d}-{'x' * 40}.txt" for i in range(args["n"])], "pid": os.getpid()}
+
+
 def refuse(args: dict, emit) -> None:
     raise ApiError("this file is not welcome", code="not_welcome", status=413, field="file")
 

@@ -8,6 +8,8 @@ import unicodedata
 from pathlib import PurePosixPath, PureWindowsPath
 from urllib.parse import quote
 
+from contract.text import text_problem_in_filename
+
 from ..errors import BadRequest
 from ..schemas import NAME_RE
 
@@ -36,6 +38,9 @@ def check_filename(value: str | None) -> str:
         raise BadRequest("the file name is longer than 255 bytes", code="bad_filename", field="file")
     if any(ch in name for ch in "\x00\r\n") or name in {".", ".."}:
         raise BadRequest("the file name contains forbidden characters", code="bad_filename", field="file")
+    problem = text_problem_in_filename(name)
+    if problem:
+        raise BadRequest(problem, code="bad_filename", field="file")
     if PurePosixPath(name).name != name or PureWindowsPath(name).name != name:
         raise BadRequest("the file name must not contain a path", code="path_in_filename", field="file")
     return name

@@ -1,8 +1,9 @@
-"""The gateway's document rows made to match the worker's table: after a build (`sync_documents`), and after
-the worker's 404 to a delete (`confirm_gone`)."""
+"""The gateway's document rows made to match the worker's table: after a build (`sync_documents`), after an
+upload whose answer was lost (`indexed_anyway`), and after the worker's 404 to a delete (`confirm_gone`)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from sqlmodel import select
@@ -100,3 +101,28 @@ async def confirm_gone(c: Context, index: Index, doc: IndexDocument) -> None:
                 "index to bring the list in line, then delete it again",
                 code="not_deleted",
             )
+
+
+async def indexed_anyway(
+    c: Context, worker_name: str, dataset: str, filename: str, content: bytes
+) -> dict | None:
+    """After an upload that failed without the worker's own refusal (the connection broke, a 5xx, a stream that
+    ended early): the worker's entry for these bytes under this name when it indexed them all the same, so that
+    the caller records it and both sides list the same documents; None when it holds no such document, or
+    cannot be asked (nothing is recorded then, and the upload stays failed)."""
+    digest = hashlib.sha256(content).hexdigest()  # the worker's document_id is the file's sha256
+    try:
+        listed = await c.worker.get_documents(worker_name)
+    except ApiError as exc:
+        log.warning(
+            "after a failed upload of %s, the worker's list could not be read: %s", filename, exc.message
+        )
+        return None
+    for item in listed:
+        same = (str(item.get("dataset") or "default"), str(item.get("filename") or "")) == (dataset, filename)
+        if same and item.get("document_id") == digest:
+            log.warning(
+                "the upload of %s failed on the way back, but the worker indexed it: recorded", filename
+            )
+            return {**item, "replaced": False}
+    return None

@@ -11,17 +11,19 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from sqlmodel import select
+from starlette.background import BackgroundTask
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..context import Context, ctx, current_user, in_thread, path_id
 from ..db import IndexDocument, utcnow
-from ..errors import BadRequest, NotFound, PayloadTooLarge
+from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from ..responses import UploadedDocument
 from ..sse import event_response, frame
-from ..streams import WorkerStreamBroken
+from ..streams import WorkerRefused, WorkerStreamBroken
 from .names import check_dataset, check_filename
+from .reconcile import indexed_anyway
 from .records import document_json, owned_index, read_owned_index, refresh_counts
 
 log = logging.getLogger("gateway.uploads")
@@ -43,12 +45,36 @@ async def read_upload(request: Request, c: Context) -> tuple[UploadFile, str]:
     return upload, check_dataset(dataset.strip())
 
 
-async def upload_document(request: Request) -> JSONResponse:
+async def upload_document(request: Request) -> Response:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
     index = await in_thread(
         read_owned_index, c, user.id, index_id
     )  # before reading the body: another user's index is a 404, not a 413
+    slot = c.upload_slots.take(user.id)  # MAX_UPLOADS_PER_USER: a 429 when the account has that many indexing
+    try:
+        response = await _upload(request, c, user, index)
+    except BaseException:
+        slot.release()
+        raise
+    if isinstance(response, StreamingResponse):  # the slot is held until the relayed indexing ends
+        response.body_iterator = _releasing(response.body_iterator, slot.release)
+        response.background = BackgroundTask(slot.release)  # also when the body never started
+    else:
+        slot.release()
+    return response
+
+
+async def _releasing(body: AsyncIterator, release: Callable[[], None]) -> AsyncIterator:
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        release()
+
+
+async def _upload(request: Request, c: Context, user, index) -> Response:
+    index_id = index.id
     upload, dataset = await read_upload(request, c)
     filename = check_filename(upload.filename)
     content = await upload.read()
@@ -82,7 +108,17 @@ async def upload_document(request: Request) -> JSONResponse:
 
     if wants_events(request):  # the web: the worker's stages as they happen, then the row
         return await relay(c, index.worker_name, dataset, filename, content, upload, record)
-    result = await c.worker.add_document(index.worker_name, dataset, filename, content, upload.content_type)
+    try:
+        result = await c.worker.add_document(
+            index.worker_name, dataset, filename, content, upload.content_type
+        )
+    except WorkerRefused:
+        raise  # the worker's own 4xx: it stored nothing
+    except ApiError:
+        # The answer was lost (the connection broke, a 5xx): the worker may have indexed the file all the same.
+        result = await indexed_anyway(c, index.worker_name, dataset, filename, content)
+        if result is None:
+            raise
     return JSONResponse(await in_thread(record, result), status_code=201)
 
 
@@ -100,7 +136,28 @@ async def relay(
     record: Callable[[dict], dict],
 ) -> StreamingResponse:
     # A 4xx from the worker is raised here, as JSON.
-    stream = await c.worker.add_document_stream(worker_name, dataset, filename, content, upload.content_type)
+    try:
+        stream = await c.worker.add_document_stream(
+            worker_name, dataset, filename, content, upload.content_type
+        )
+    except WorkerRefused:
+        raise
+    except ApiError:  # no answer came: the worker may have indexed the file all the same
+        result = await indexed_anyway(c, worker_name, dataset, filename, content)
+        if result is None:
+            raise
+        document = await in_thread(record, result)
+        return event_response(iter_once(frame("done", document)))
+
+    async def recovered(failure: dict) -> str:
+        """The `done` frame when the worker indexed the file although its stream broke, else `failure`'s error."""
+        result = await indexed_anyway(c, worker_name, dataset, filename, content)
+        if result is None:
+            return frame("error", failure)
+        try:
+            return frame("done", await in_thread(record, result))
+        except NotFound as exc:
+            return frame("error", exc.to_dict())
 
     async def body() -> AsyncIterator[str]:
         ended = False
@@ -126,18 +183,21 @@ async def relay(
                     return
         except WorkerStreamBroken as exc:
             ended = True
-            yield frame("error", {"error": exc.message, "code": "worker_unavailable"})
+            yield await recovered({"error": exc.message, "code": "worker_unavailable"})
         finally:
             await stream.aclose()
             if not ended:
                 log.warning("the worker's indexing stream for %s ended without a result", filename)
         if not ended:
-            yield frame(
-                "error",
-                {"error": "the worker's stream ended before indexing finished", "code": "interrupted"},
+            yield await recovered(
+                {"error": "the worker's stream ended before indexing finished", "code": "interrupted"}
             )
 
     return event_response(body())
+
+
+async def iter_once(item: str) -> AsyncIterator[str]:
+    yield item
 
 
 def _code(data: dict) -> dict:

@@ -14,7 +14,7 @@ from ..chats import message_json
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
 from ..db import Chat, Message
 from ..errors import Conflict
-from ..quotas import check_options
+from ..policy import allowed_turn
 from ..responses import StopResult, TurnResult
 from ..routing import WORKER, ApiRoute, Operation, event_stream
 from ..schemas import StopRequest, TurnRequest
@@ -30,8 +30,8 @@ STOP_WAIT_S = 30.0  # how long POST /stop waits for the owner to store the stopp
 
 async def start_turn(request: Request) -> tuple[Context, TurnHandle, asyncio.Queue]:
     user, c, chat_id = await current_user(request), ctx(request), path_id(request)
-    body = await read_json(request, TurnRequest)
-    check_options(body.options, c.settings)
+    # Within this server's limits and what an administrator allows (the model, prompt overrides, presets).
+    body = await allowed_turn(c, user, await read_json(request, TurnRequest))
     slot = c.turn_slots.take(user.id)  # MAX_TURNS_PER_USER: a 429 when the account has that many running
     try:
         plan = await in_thread(plan_turn, c, user, chat_id, body)
@@ -127,7 +127,7 @@ REJOIN_EVENTS = event_stream(
     "events as in messages/stream",
     ["snapshot", "step", "documents", "token", "done", "saved", "title", "error", "interrupted"],
 )
-TURN_ERRORS = (400, 404, 409, 429, *WORKER)
+TURN_ERRORS = (400, 403, 404, 409, 429, *WORKER)
 
 routes = [
     ApiRoute(

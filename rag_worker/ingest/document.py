@@ -139,6 +139,13 @@ def prepare_steps(
     chunks: list[Chunk] = offload(chunker.chunk, converted.document)
     if not chunks:
         raise IngestError("empty", "the file contains no text")
+    limit = services.settings.max_chunks_per_document
+    if len(chunks) > limit:
+        raise IngestError(
+            "too_many_chunks",
+            f"the file makes {len(chunks):,} chunks, more than the limit of {limit:,} per document "
+            "(MAX_CHUNKS_PER_DOCUMENT); split it into smaller files",
+        )
     return Prepared(
         dataset,
         filename,
@@ -305,7 +312,9 @@ def prepare_attachment(
 def ingest_attachments(services: Services, index: str, prepared: Prepared) -> list[dict]:
     """Index each attachment of a written message; one {"filename", "chunks"} or {"filename", "error"} each."""
     outcomes: list[dict] = []
-    for name, data in attachments.attachments_to_index(prepared):
+    limit = services.settings.max_attachments_per_message
+    indexed, skipped = attachments.split_at(attachments.attachments_to_index(prepared), limit)
+    for name, data in indexed:
         keep_at = None
         if prepared.keep_at is not None:
             keep_at = uploads_path(services, index, prepared.dataset, name)
@@ -323,4 +332,6 @@ def ingest_attachments(services: Services, index: str, prepared: Prepared) -> li
             except Exception as exc:  # one attachment never fails its message
                 log.exception("indexing attachment %s failed", name)
                 outcomes.append({"filename": name, "error": internal_error(exc, ""), "code": "internal"})
+    reason = attachments.skipped_reason(limit)
+    outcomes.extend({"filename": name, "error": reason, "code": attachments.SKIPPED} for name, _ in skipped)
     return outcomes

@@ -71,6 +71,8 @@ _STATUS = {
     "zip_bomb": 413,
     "too_many_cells": 413,
     "too_many_pages": 413,
+    "too_many_chunks": 413,
+    "image_too_large": 413,
     "convert_memory": 422,
     "convert_timeout": 422,
     "convert_failed": 422,

@@ -13,6 +13,7 @@ from pathlib import Path
 from docling_core.types.doc import DoclingDocument
 
 from ..errors import ApiError
+from . import mail_office
 from . import ocr as ocr_mod
 from .convert import Converted, Converter
 from .formats import IngestError, kind_of
@@ -26,6 +27,8 @@ def warm_child(args: dict) -> None:
     global _CHILD_CONVERTER
     _CHILD_CONVERTER = Converter(artifacts_path=args.get("artifacts_path") or None)
     _CHILD_CONVERTER.prepare()
+    if mail_office.office_available():
+        mail_office.no_network_prefix()  # probed once here, inherited by every job's fork
 
 
 def convert_task(args: dict, emit) -> dict:
@@ -141,7 +144,7 @@ class IsolatedConverter:
             }
             try:
                 answer = yield from self.sandbox.run_steps(
-                    self.TASK, args, timeout_s=self.timeout_s, memory_mb=self.memory_mb
+                    self.TASK, args, timeout_s=self.timeout_s, memory_mb=self.memory_mb, scratch=out_dir
                 )
             except SandboxError as err:
                 raise self._refusal(err) from None

@@ -1,4 +1,5 @@
-"""Bounds checked before a converter sees a file: zip bombs, huge spreadsheets, PDFs with too many pages.
+"""Bounds checked before a converter sees a file: zip bombs, huge spreadsheets, PDFs with too many pages, images
+of too many pixels (a few kilobytes of PNG can declare 40,000 x 40,000: gigabytes once decoded).
 
 DOCX, PPTX and XLSX are zip packages; a few kilobytes can inflate to gigabytes. The central directory says how
 large each entry is once inflated and Python's zip reader stops at that size, so summing the declared sizes is
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .formats import IngestError, decode_text
+from .ocr import IMAGE_KINDS
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class Limits:
     office_timeout_s: float = 120.0  # LibreOffice conversions (.doc, .xls, .ppt, .odt, .ods, .odp, .rtf)
     office_memory_mb: int = 2048
     max_pdf_pages: int = 2000
+    max_image_pixels: int = 89_478_485  # Pillow's own warning bound (it refuses twice that as a "bomb")
 
 
 def check_zip(path: Path, limits: Limits) -> None:
@@ -95,6 +98,31 @@ def check_csv_cells(path: Path, limits: Limits) -> None:
             )
 
 
+def check_image_pixels(path: Path, limits: Limits) -> None:
+    """Read the image's declared size from its header (nothing decoded) and refuse one past the bound."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            width, height = img.size
+    except Image.DecompressionBombError:  # past twice Pillow's bound it refuses before saying the size
+        width = height = None
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise IngestError("corrupt", f"the image is damaged or not an image ({_short(exc)})") from exc
+    if width is not None and height is not None and width * height <= limits.max_image_pixels:
+        return
+    size = f"{width:,} x {height:,} pixels" if width is not None else "more pixels than that"
+    raise IngestError(
+        "image_too_large",
+        f"the image is too large to read ({size}); the limit is {limits.max_image_pixels:,} pixels "
+        "(MAX_IMAGE_PIXELS): scale it down or split it",
+    )
+
+
+def _short(exc: Exception) -> str:
+    return (str(exc) or type(exc).__name__).splitlines()[0][:200]
+
+
 def check(path: Path, kind: str, limits: Limits) -> None:
     """All bounds that apply to a file of this kind."""
     if kind in ("docx", "pptx", "xlsx", "odt", "ods", "odp", "epub"):
@@ -103,3 +131,5 @@ def check(path: Path, kind: str, limits: Limits) -> None:
         check_xlsx_cells(path, limits)
     elif kind in ("csv", "tsv"):
         check_csv_cells(path, limits)
+    elif kind in IMAGE_KINDS:
+        check_image_pixels(path, limits)

@@ -5,7 +5,10 @@
   with headings, lists and tables intact. No maintained Python library reads the binary .doc and .ppt formats
   (antiword/catdoc give plain text without tables and have not changed in two decades), and one converter keeps
   every format on the same tested path. It runs as a child process with its own profile folder, a time limit
-  (OFFICE_TIMEOUT_S) and an address-space limit (OFFICE_MEMORY_MB).
+  (OFFICE_TIMEOUT_S) and an address-space limit (OFFICE_MEMORY_MB). It must never fetch what a file links to
+  (an ODT's linked image would otherwise make the worker request any URL: SSRF): the profile sets
+  `BlockUntrustedRefererLinks`, and the process runs in a network namespace of its own (`unshare -n`, no
+  network at all) where the host allows one.
 - .epub is a zip of XHTML chapters: read in spine order and given to Docling as one HTML document.
 - .eml is read with the standard library's `email` package, .msg with `extract-msg`. The headers become the
   document's first lines and its metadata; the plain body is indexed (the HTML body, as text, when there is no
@@ -70,6 +73,57 @@ def _original(module: str, name: str):
         return getattr(importlib.import_module(module), name)
 
 
+# The per-job profile's settings (registrymodifications.xcu): linked images, OLE links and the like are not
+# fetched from anywhere while a document is loaded.
+PROFILE_SETTINGS = """<?xml version="1.0" encoding="UTF-8"?>
+<oor:items xmlns:oor="http://openoffice.org/2001/registry" xmlns:xs="http://www.w3.org/2001/XMLSchema"
+ xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">
+<item oor:path="/org.openoffice.Office.Common/Security/Scripting"><prop oor:name="BlockUntrustedRefererLinks"
+ oor:op="fuse"><value>true</value></prop></item>
+</oor:items>
+"""
+
+_NO_NETWORK: list[list[str]] = []  # the command prefix that cuts a child off the network, once probed
+
+
+def write_profile(profile: Path) -> None:
+    """A fresh LibreOffice profile folder whose settings block every linked (not embedded) resource."""
+    user = profile / "user"
+    user.mkdir(parents=True, exist_ok=True)
+    (user / "registrymodifications.xcu").write_text(PROFILE_SETTINGS, encoding="utf-8")
+
+
+def no_network_prefix() -> list[str]:
+    """`unshare -n` (or, unprivileged, `unshare -rn`) when this host lets a process leave the network; [] with
+    a logged warning when it does not (the profile's BlockUntrustedRefererLinks is then the only layer).
+    Probed once per process (the sandbox helper probes while it warms up, so its jobs' forks inherit it)."""
+    if _NO_NETWORK:
+        return _NO_NETWORK[0]
+    prefix: list[str] = []
+    unshare = shutil.which("unshare")
+    for candidate in ([unshare, "-n"], [unshare, "-rn"]) if unshare else ():
+        try:
+            code = run_limited(
+                [*candidate, "true"],
+                timeout_s=10,
+                memory_mb=512,
+                env=dict(os.environ),
+                log_path=Path(os.devnull),
+            )
+        except (TimeoutError, OSError):
+            continue
+        if code == 0:
+            prefix = candidate
+            break
+    if not prefix:
+        log.warning(
+            "LibreOffice conversions run with network access: `unshare -n` is not available here (install "
+            "util-linux and allow user namespaces); linked resources are still blocked by the profile"
+        )
+    _NO_NETWORK.append(prefix)
+    return prefix
+
+
 def run_limited(cmd: list[str], *, timeout_s: float, memory_mb: int, env: dict, log_path: Path) -> int:
     """Run a command in its own session under an address-space limit (prlimit) and a time limit.
 
@@ -124,7 +178,9 @@ def office_to_ooxml(path: Path, kind: str, out_dir: Path, *, timeout_s: float, m
     source = out_dir / f"source.{kind}"
     shutil.copyfile(path, source)
     profile = out_dir / "profile"
+    write_profile(profile)
     cmd = [
+        *no_network_prefix(),
         binary,
         f"-env:UserInstallation={profile.as_uri()}",
         "--headless",

@@ -184,7 +184,13 @@ class _Preparer:
         """The message's attachments prepared as their own documents (as `document.ingest_attachments` does
         on the local path); one that fails is logged and never fails its message."""
         out = []
-        for name, data in attachments.attachments_to_index(message):
+        limit = self.services.settings.max_attachments_per_message
+        indexed, skipped = attachments.split_at(attachments.attachments_to_index(message), limit)
+        if skipped:
+            log.warning(
+                "%s: %d attachment(s) %s", message.filename, len(skipped), attachments.skipped_reason(limit)
+            )
+        for name, data in indexed:
             path = scratch / f"attachment-{len(list(scratch.iterdir()))}"
             path.write_bytes(data)
             try:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ..errors import LLMUnavailable
+from ..errors import LLMUnavailable, NotFound
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -16,6 +16,28 @@ class LLMFailed(LLMUnavailable):
     `llm_failed`; `LLMUnavailable` itself, `llm_unavailable`, is a backend or model that is not there)."""
 
     code = "llm_failed"
+
+
+class ModelMissing(LLMUnavailable):
+    """The LLM server has no model of this name (503 `llm_unavailable`: the configured model is not pulled or
+    served, an operator's matter). `chosen()` is the same for a model the request named."""
+
+    def __init__(self, message: str, model: str):
+        super().__init__(message)
+        self.model = model
+
+    def chosen(self) -> ModelNotFound:
+        return ModelNotFound(f"options.model names a model the LLM server lacks: {self.message}")
+
+
+class ModelNotFound(NotFound):
+    """A model the request chose (`options.model`) that the LLM server does not have: 404 `model_not_found`,
+    the client's mistake rather than the worker's outage."""
+
+    code = "model_not_found"
+
+    def __init__(self, message: str):
+        super().__init__(message, field="options.model")
 
 
 class CancelToken:

@@ -10,7 +10,7 @@ import ollama
 
 from ..errors import LLMUnavailable
 from ..settings import Settings
-from .base import CancelToken, LLMFailed, ThinkFilter, strip_think
+from .base import CancelToken, LLMFailed, ModelMissing, ThinkFilter, strip_think
 
 PROBE_TIMEOUT_S = 2.0
 
@@ -127,10 +127,11 @@ class OllamaBackend:
         return {} if self.think is None else {"think": self.think}
 
     def _error(self, exc: Exception, model: str, *, started: bool) -> LLMUnavailable:
-        """Translate a client failure into the 503 the worker answers with."""
+        """Translate a client failure into the 503 the worker answers with (a 404 for a model Ollama lacks)."""
         if isinstance(exc, ollama.ResponseError) and exc.status_code == 404:
-            return LLMUnavailable(
-                f"model '{model}' is not pulled on Ollama at {self.host} (run: ollama pull {model})"
+            return ModelMissing(
+                f"model '{model[:200]}' is not pulled on Ollama at {self.host} (run: ollama pull {model[:200]})",
+                model,
             )
         if started:
             return LLMFailed(

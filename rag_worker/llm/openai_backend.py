@@ -13,7 +13,7 @@ import openai
 
 from ..errors import LLMUnavailable
 from ..settings import Settings
-from .base import CancelToken, LLMFailed, ThinkFilter, strip_think
+from .base import CancelToken, LLMFailed, ModelMissing, ThinkFilter, strip_think
 
 PROBE_TIMEOUT_S = 2.0
 NO_KEY = "no-key"  # the SDK insists on a key; servers without one ignore it
@@ -130,7 +130,9 @@ class OpenAIBackend:
         if isinstance(exc, openai.AuthenticationError):
             return LLMUnavailable(f"the server at {where} refused OPENAI_API_KEY: {_describe(exc)}")
         if isinstance(exc, openai.NotFoundError):
-            return LLMUnavailable(f"model '{model}' is not served at {where} (GET {where}/models lists them)")
+            return ModelMissing(
+                f"model '{model[:200]}' is not served at {where} (GET {where}/models lists them)", model
+            )
         return LLMFailed(f"the server at {where} failed with {model}: {_describe(exc)}")
 
 

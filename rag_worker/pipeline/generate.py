@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from ..llm.base import ModelMissing
 from .turn import Turn
 
 DOC_CHARS = 2400  # per document, so one long context can't crowd out the others
@@ -88,7 +89,17 @@ def llm_messages(turn: Turn, system: str, sources: str | None) -> list[dict]:
 
 
 def stream_answer(turn: Turn, messages: list[dict]) -> Iterator[str]:
-    """Tokens from the generation model; closing this iterator stops the model."""
+    """Tokens from the generation model; closing this iterator stops the model. A model the request chose that
+    the server lacks is the request's 404 (`model_not_found`), the configured one the worker's 503."""
+    try:
+        yield from _generated(turn, messages)
+    except ModelMissing as exc:
+        if turn.options.model and exc.model == turn.options.model:
+            raise exc.chosen() from exc
+        raise
+
+
+def _generated(turn: Turn, messages: list[dict]) -> Iterator[str]:
     stream = turn.llm.backend.stream(
         messages,
         model=turn.generation_model,

@@ -1,11 +1,12 @@
 """The `sql` route: aggregate questions over spreadsheet tables, answered from a computed result.
 
 The utility model writes one SELECT from the tables' schema and a few sample rows; `validate` checks it with a
-real SQL parser (sqlglot, DuckDB dialect): one statement, a query and nothing else, only known tables, no table
-functions and no function that reads files, the environment or settings. The query then runs in a locked-down
-in-memory DuckDB (rag_worker/tables/) under a row and a time limit. Its result becomes one document of kind
-`table` (with the query) that the generator answers from. Anything that fails says why, and the turn falls back
-to ordinary retrieval.
+real SQL parser (sqlglot, DuckDB dialect): one statement, a query and nothing else, only known tables or CTEs
+visible where they are named (scoped as DuckDB scopes them), no table functions and no function that reads files,
+the environment or settings; DuckDB's own `enable_external_access=false` is the second layer. The query then
+runs in a locked-down in-memory DuckDB (rag_worker/tables/) under a time, memory, row, byte and cell limit. Its
+result becomes one document of kind `table` (with the query) that the generator answers from. Anything that fails
+says why, and the turn falls back to ordinary retrieval.
 """
 
 from __future__ import annotations
@@ -145,20 +146,46 @@ def validate(sql: str, known: set[str]) -> str:
     for node in tree.walk():
         if isinstance(node, forbidden):
             raise Refused(f"only reading is allowed ({node.key.upper()} found)")
-    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     for table in tree.find_all(exp.Table):
         if not isinstance(table.this, exp.Identifier):
             raise Refused("table functions are not allowed")
         if table.args.get("db") or table.args.get("catalog"):
             raise Refused(f"unknown table '{table.sql(dialect='duckdb')}'")
-        name = table.name.lower()
-        if name not in known and name not in ctes:
+        if table.name.lower() not in known and not _names_visible_cte(table):
             raise Refused(f"unknown table '{table.name}'; known: {', '.join(sorted(known)) or 'none'}")
     for func in tree.find_all(exp.Func):
         name = func.name if isinstance(func, exp.Anonymous) else func.sql_name()
         if _DENIED_FUNCTION.match(name or "") or type(func).__name__.lower().startswith("read"):
             raise Refused(f"the function {name} is not allowed")
     return tree.sql(dialect="duckdb")
+
+
+def _names_visible_cte(table) -> bool:
+    """Whether the table reference names a CTE visible where it stands, as DuckDB scopes them: a WITH's CTEs are
+    visible in the query it belongs to (both sides of a UNION included) and in the queries nested in it; inside
+    the WITH, a CTE sees only the ones defined before it (and itself under RECURSIVE). A CTE of a subquery is
+    invisible outside it, so `FROM "/etc/x.csv"` next to a subquery defining a CTE of that name is a file read.
+    Never wider than DuckDB's own scoping: a name taken for a CTE here is one for DuckDB too."""
+    from sqlglot import exp
+
+    name = table.name.lower()
+    below, node = table, table.parent
+    while node is not None:
+        seen = []
+        if isinstance(node, exp.With):
+            # Reached from inside one of its CTEs (`below`): only the earlier ones, and itself when recursive.
+            position = next((i for i, cte in enumerate(node.expressions) if cte is below), None)
+            if position is not None:
+                seen = node.expressions[: position + 1 if node.args.get("recursive") else position]
+        else:
+            # The query a WITH belongs to sees all of its CTEs, unless the path came up through the WITH itself.
+            with_ = next((v for v in node.args.values() if isinstance(v, exp.With)), None)
+            if with_ is not None and with_ is not below:
+                seen = with_.expressions
+        if any(cte.alias_or_name.lower() == name for cte in seen):
+            return True
+        below, node = node, node.parent
+    return False
 
 
 def referenced(sql: str, known: set[str]) -> set[str]:
@@ -175,7 +202,7 @@ def result_document(
     header = "| " + " | ".join(result.columns) + " |"
     rule = "| " + " | ".join("---" for _ in result.columns) + " |"
     body = ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in result.rows]
-    more = "\n(more rows not shown)" if result.truncated else ""
+    more = f"\n(more rows not shown: the result is limited to {result.limit})" if result.truncated else ""
     sources = ", ".join(sorted({c.filename for c in used}))
     text = (
         f"Result of a SQL query over {sources}\n"
@@ -235,13 +262,18 @@ def answer_with_sql(turn: Turn, query: str) -> Iterator:
             sql,
             max_rows=settings.sql_max_rows,
             timeout_s=settings.sql_timeout_s,
+            max_bytes=settings.sql_max_result_bytes,
+            max_cells=settings.sql_max_cells,
+            memory_mb=settings.sql_memory_mb,
         )
     except tables_mod.QueryError as exc:
         return Outcome([], sql, str(exc), False)
     used = [tables[n] for n in sorted(used_names)]
     doc = result_document(sql, result, used, index_of)
     rows = len(result.rows)
-    label = f"{rows} row{'s' if rows != 1 else ''}" + (" (truncated)" if result.truncated else "")
+    label = f"{rows} row{'s' if rows != 1 else ''}" + (
+        f" (truncated at {result.limit})" if result.truncated else ""
+    )
     return Outcome([doc], sql, label, True)
 
 

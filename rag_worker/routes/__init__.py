@@ -6,6 +6,8 @@ import hmac
 
 from flask import current_app, request
 
+from contract.text import lone_surrogate_at, surrogate_refusal
+
 from ..errors import BadRequest, UnsupportedType
 from ..services import Services
 
@@ -43,4 +45,7 @@ def json_body() -> dict:
         raise BadRequest("the JSON body is nested too deeply", code="bad_json") from None
     if data is None:
         raise BadRequest("the body must be valid JSON (Content-Type: application/json)", code="bad_json")
+    where = lone_surrogate_at(data)
+    if where:
+        raise BadRequest(surrogate_refusal(where), code="invalid_text", field=where)
     return data

@@ -21,7 +21,7 @@ from ..ingest.folder import index_folder
 from ..ingest.formats import kind_of
 from ..ingest.records import Progress, stage_detail
 from ..names import check_filename, check_name
-from ..openapi import FILENAME_SCHEMA, NAME_SCHEMA, json_content, path_param, query_param, sse
+from ..openapi import FILENAME_SCHEMA, NAME_SCHEMA, json_content, link, path_param, query_param, sse
 from ..responses import Added, Deleted, Dropped, FileInfo
 from ..schemas import FileName, Name, parse
 from ..services import Services
@@ -74,6 +74,25 @@ UPLOAD_EVENTS = sse(
     "(Added) or error (ErrorBody)",
     ["progress", "done", "error"],
 )
+# The operations on the index and the document an upload made, with the names its answer gives.
+ON_THE_UPLOAD = {
+    "ListDocuments": link("get_get_documents", parameters={"index": "index"}),
+    "ListDatasets": link("get_get_datasets", parameters={"index": "index"}),
+    "Download": link(
+        "get_get_document", parameters={"index": "index", "dataset": "dataset", "filename": "filename"}
+    ),
+    "Delete": link("post_delete", body={"index": "index", "dataset": "dataset", "filename": "filename"}),
+    "DropIndex": link("delete_indexes_{index}", parameters={"index": "index"}),
+}
+UPLOAD_REFUSALS = {
+    400: "a bad index, dataset or file name, no `file` field, or a file with no text to index (code `empty`)",
+    404: "no such index for a name the request refers to",
+    409: "the index was built with another embedder (code `embedder_mismatch`)",
+    413: "the file is larger than MAX_UPLOAD_BYTES, or expands past a limit (zip bomb, pages, cells)",
+    415: "a file name without an extension, or with one of a type the worker cannot read (code "
+    "`unsupported_type`)",
+    422: "the file broke CONVERT_MAX_MEMORY_MB / CONVERT_TIMEOUT_S or could not be converted",
+}
 INDEX_EVENTS = sse(
     "progress {file, dataset, done, total, stage} (stage ocr: one per scanned page read, with ocr {page, done, "
     "total}), then done {documents, chunks, seconds, unchanged, failed} or error (ErrorBody)",
@@ -119,8 +138,9 @@ def save_upload(svc: Services, storage, suffix: str) -> Path:
     answer=Added,
     # With `Accept: text/event-stream`: progress as each stage starts, then done (the JSON answer).
     also=UPLOAD_EVENTS,
-    # 422: the file broke CONVERT_MAX_MEMORY_MB / CONVERT_TIMEOUT_S or could not be converted.
-    errors=(400, 404, 409, 413, 415, 422),
+    errors=tuple(UPLOAD_REFUSALS),
+    meanings=UPLOAD_REFUSALS,
+    links=ON_THE_UPLOAD,
 )
 def add_document():
     svc = services()
@@ -148,7 +168,7 @@ def add_document():
         )
     finally:
         tmp.unlink(missing_ok=True)  # still there when refused, failed or unchanged-and-kept
-    return jsonify(result.to_dict())
+    return jsonify({**result.to_dict(), "index": index})
 
 
 def ingest_events(svc: Services, index: str, dataset: str, tmp: Path, filename: str, keep_at: Path):
@@ -166,7 +186,7 @@ def ingest_events(svc: Services, index: str, dataset: str, tmp: Path, filename: 
                 break
             event = {"file": filename, "dataset": dataset, "stage": str(stage), "done": 0, "total": 1}
             yield frame("progress", {**event, **stage_detail(stage)})
-        yield frame("done", result.to_dict())
+        yield frame("done", {**result.to_dict(), "index": index})
     except ApiError as err:
         yield frame("error", {**err.to_dict(), "status": err.status})
     except Exception as exc:

@@ -12,7 +12,9 @@ How:
   time, and all its memory goes back to the system when it exits. The helper itself never runs a job.
 - Jobs talk back over one pipe as JSON lines, each shorter than PIPE_BUF so lines of concurrent jobs never mix:
   `progress` events while running (`emit`), then `result` or `error`; the helper adds `exit` when it reaps the
-  job's process, which tells a crash (or a kill by the memory limit) apart from an answer.
+  job's process, which tells a crash (or a kill by the memory limit) apart from an answer. A result too large
+  for one line (an e-mail's headers, hundreds of attachments) is written to a file in the job's scratch folder
+  and its line carries the path (`result_file`); the parent reads and removes it.
 - The parent side is plain blocking code (a reader thread, queues, subprocess pipes). Under gevent's monkey
   patching those are all cooperative, so a worker waiting for a conversion keeps serving every other stream; it
   must then be called from a greenlet, not from the native thread pool (`runtime.offload`).

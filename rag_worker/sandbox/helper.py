@@ -10,6 +10,7 @@ import os
 import select
 import signal
 import sys
+import tempfile
 from collections.abc import Callable
 
 from ..errors import ApiError
@@ -47,6 +48,18 @@ class _Helper:
             msg = {k: v for k, v in msg.items() if v is not None}
             line = json.dumps(msg)[:MAX_LINE]
         os.write(self.proto_out, (line + "\n").encode())
+
+    def send_result(self, job: str, result, scratch: str | None) -> None:
+        """The job's answer: in its line when it fits, else in a file (in the job's `scratch` folder, or the
+        system's temporary one) whose path the line carries; the parent reads and removes it."""
+        answer = {"id": job, "event": "result", "result": result}
+        if len(json.dumps(answer)) <= MAX_LINE:
+            self.send(answer)
+            return
+        fd, path = tempfile.mkstemp(prefix="sandbox-result-", suffix=".json", dir=scratch or None)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
+        self.send({"id": job, "event": "result", "result_file": path})
 
     def serve(self) -> None:
         wake_r, wake_w = os.pipe()
@@ -134,7 +147,7 @@ class _Helper:
             logging.getLogger().addHandler(_MemoryWatch(lambda: self.send({"id": job, "event": "memory"})))
 
             result = task(msg.get("args") or {}, emit)
-            self.send({"id": job, "event": "result", "result": result})
+            self.send_result(job, result, msg.get("scratch"))
             code = 0
         except MemoryError:
             self.send({"id": job, "event": "error", "code": "memory", "message": "out of memory"})

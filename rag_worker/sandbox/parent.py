@@ -114,9 +114,13 @@ class Sandbox:
         timeout_s: float,
         memory_mb: int,
         on_event: Callable[[dict], None] | None = None,
+        scratch: str | os.PathLike | None = None,
     ) -> Any:
-        """Run `task(args, emit)` in a fresh child; its result, or its ApiError, or a SandboxError."""
-        steps = self.run_steps(task, args, timeout_s=timeout_s, memory_mb=memory_mb)
+        """Run `task(args, emit)` in a fresh child; its result, or its ApiError, or a SandboxError.
+
+        `scratch`: a folder of the job's where a result too large for one pipe line is handed over (the
+        system's temporary folder when None); that file is removed once read."""
+        steps = self.run_steps(task, args, timeout_s=timeout_s, memory_mb=memory_mb, scratch=scratch)
         while True:
             try:
                 data = next(steps)
@@ -126,7 +130,13 @@ class Sandbox:
                 on_event(data)
 
     def run_steps(
-        self, task: str, args: dict, *, timeout_s: float, memory_mb: int
+        self,
+        task: str,
+        args: dict,
+        *,
+        timeout_s: float,
+        memory_mb: int,
+        scratch: str | os.PathLike | None = None,
     ) -> Generator[dict, None, Any]:
         """`run` as a generator: yields each `progress` event's data as it arrives, returns the result.
 
@@ -140,6 +150,8 @@ class Sandbox:
                     self._jobs[job] = (proc.pid, inbox)
                 request = {"op": "run", "id": job, "task": task, "args": args}
                 request.update(timeout_s=timeout_s, memory_mb=memory_mb)
+                if scratch is not None:
+                    request["scratch"] = os.fspath(scratch)
                 try:
                     self._send(proc, request)
                 except (BrokenPipeError, OSError) as exc:
@@ -187,6 +199,9 @@ class Sandbox:
             elif event == "gone":
                 raise SandboxError("gone", "the helper process ended")
         if memory_trouble or (answer is not None and answer.get("code") == "memory"):
+            if answer is not None and answer.get("result_file"):
+                with contextlib.suppress(OSError):
+                    os.unlink(answer["result_file"])  # an answer not to be trusted: dropped unread
             raise SandboxError("memory", "an allocation failed")
         if answer is None:
             sig = msg.get("signal")
@@ -194,7 +209,7 @@ class Sandbox:
             # Past RLIMIT_AS, C code often aborts or dies on a failed allocation instead of raising.
             raise SandboxError("crashed", detail)
         if answer["event"] == "result":
-            return answer.get("result")
+            return _result(answer)
         raise ApiError(
             answer.get("message") or "the job failed",
             code=answer.get("code") or "internal",
@@ -215,6 +230,21 @@ class Sandbox:
         log.warning("sandbox: job %s did not end after a kill; restarting the helper", job)
         with contextlib.suppress(Exception):
             proc.kill()
+
+
+def _result(answer: dict) -> Any:
+    """A result event's value: in the line itself, or in the file the line names (read, then removed)."""
+    path = answer.get("result_file")
+    if path is None:
+        return answer.get("result")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise SandboxError("crashed", f"its result could not be read ({exc})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _read(stdout, pid: int, jobs: dict[str, tuple[int, queue.Queue]]) -> None:

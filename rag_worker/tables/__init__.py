@@ -11,7 +11,8 @@ Typing: a column becomes BIGINT, DOUBLE, DATE, TIMESTAMP or BOOLEAN when every n
 column keeps its cells' original text beside it in `<column>_text`.
 
 Queries run in a fresh in-memory DuckDB that loads only the tables the (already validated) query names, then
-turns off file access and locks its configuration before running it, under a row and a time limit.
+turns off file access and locks its configuration before running it, under a time, memory, row, byte and cell
+limit (query.py), in a native thread so the gevent loop keeps serving.
 """
 
 from __future__ import annotations

@@ -105,6 +105,24 @@ def test_base_compose_has_both_services_with_healthchecks_and_shared_volumes():
     assert default_of(env_of(services["gateway"])["WORKER_URL"]) == "http://worker:8001"
 
 
+def test_the_worker_answers_to_the_name_the_gateway_calls_it_by():
+    """Both services refuse a Host they are not configured for (DNS rebinding): the gateway reaches the worker
+    as `worker` (or through nginx as `lb`, which passes that Host on), so the worker must allow that name."""
+    from urllib.parse import urlsplit
+
+    from contract.hosts import AllowedHosts
+
+    base = load(COMPOSE)["services"]
+    for doc in (base, {**base, **load(SCALE)["services"]}):
+        worker_env = {**env_of(base["worker"]), **env_of(doc["worker"])}
+        gateway_env = {**env_of(base["gateway"]), **env_of(doc["gateway"])}
+        allowed = AllowedHosts.parse(default_of(worker_env["WORKER_ALLOWED_HOSTS"]))
+        worker_host = urlsplit(default_of(gateway_env["WORKER_URL"])).netloc
+        assert allowed.allows(worker_host), f"the worker refuses the Host {worker_host} the gateway sends"
+        assert not allowed.everyone
+        assert "GATEWAY_ALLOWED_HOSTS" in gateway_env
+
+
 def test_worker_reaches_ollama_on_the_host_on_linux_too():
     worker = load(COMPOSE)["services"]["worker"]
     assert default_of(env_of(worker)["OLLAMA_HOST"]) == "http://host.docker.internal:11434"

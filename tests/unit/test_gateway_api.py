@@ -23,6 +23,8 @@ def make_settings(tmp: Path, **extra) -> Settings:
         UPLOADS_DIR=tmp / "uploads",
         WORKER_URL=f"http://127.0.0.1:{free_port()}",
         MAX_UPLOAD_BYTES=4096,
+        # Starlette's test client asks for the host `testserver`: the name this gateway is published as.
+        GATEWAY_ALLOWED_HOSTS="testserver",
         **extra,
     )
 

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import threading
 import time
+from collections.abc import Iterator
 
 import jwt
 import pytest
 
+from gateway import lockout
 from gateway.auth import LoginThrottle, hash_password, issue_token, read_token, verify_password
+from gateway.db import Database
 from gateway.errors import TooManyRequests, Unauthorized
+from tests.integration.ops.postgres import database_urls, fresh_database
 
 SECRET = "s" * 64
 
@@ -73,43 +79,66 @@ def test_passwords_are_hashed_with_argon2_and_verified() -> None:
     assert not verify_password("correct horse", "not a hash")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
+@pytest.fixture(params=database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
+def db(request, tmp_path) -> Iterator[Database]:
+    """The failed-login counts on SQLite, and on Postgres when TEST_DATABASE_URL names one."""
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path / 'gateway.db'}"
+        else:
+            url = stack.enter_context(fresh_database(request.param))
+        database = Database(url)
+        stack.callback(database.dispose)
+        database.migrate()
+        yield database
 
-    def __call__(self) -> float:
-        return self.now
 
-
-def test_failed_logins_are_free_then_slowed_then_refused_until_the_window_passes() -> None:
-    clock = Clock()
-    throttle = LoginThrottle(
-        free=3, base_delay_s=0.5, max_delay_s=4.0, lock_after=8, window_s=600, clock=clock
-    )
-    keys = ["user:alice", "addr:10.0.0.1"]
-    delays = []
-    for _ in range(8):
-        delays.append(throttle.delay_for(keys))
-        throttle.failed(keys)
+def test_failed_logins_are_free_then_slowed_then_refused_until_the_window_passes(db) -> None:
+    throttle = LoginThrottle(free=3, base_delay_s=0.5, max_delay_s=4.0, lock_after=8, window_s=600)
+    now = 1000.0
+    guards = [("user:alice", throttle), ("addr:10.0.0.1", throttle)]
+    delays = [lockout.reserve(db, guards, now) for _ in range(8)]  # each counted as failed until proven
     assert delays == [0, 0, 0, 0.5, 1.0, 2.0, 4.0, 4.0]
     with pytest.raises(TooManyRequests) as err:
-        throttle.delay_for(keys)
+        lockout.reserve(db, guards, now)
     assert err.value.headers["Retry-After"] == "600"
     # Another account from another address is not affected.
-    assert throttle.delay_for(["user:bob", "addr:10.0.0.2"]) == 0
-    # The same address guessing another account is.
+    assert lockout.reserve(db, [("user:bob", throttle), ("addr:10.0.0.2", throttle)], now) == 0
+    # The same address guessing another account is, and the refused attempt counted nothing.
     with pytest.raises(TooManyRequests):
-        throttle.delay_for(["user:bob", "addr:10.0.0.1"])
-    clock.now += 601
-    assert throttle.delay_for(keys) == 0
+        lockout.reserve(db, [("user:carol", throttle), ("addr:10.0.0.1", throttle)], now)
+    assert lockout.reserve(db, [("user:carol", throttle)], now) == 0
+    assert lockout.reserve(db, guards, now + 601) == 0
 
 
-def test_a_successful_login_clears_the_account_but_not_the_address() -> None:
-    throttle = LoginThrottle(
-        free=1, base_delay_s=1, max_delay_s=8, lock_after=50, window_s=600, clock=Clock()
-    )
+def test_a_successful_login_clears_the_account_but_not_the_address(db) -> None:
+    throttle = LoginThrottle(free=1, base_delay_s=1, max_delay_s=8, lock_after=50, window_s=600)
+    now = 1000.0
     for _ in range(3):
-        throttle.failed(["user:alice", "addr:a"])
-    throttle.succeeded(["user:alice"])
-    assert throttle.delay_for(["user:alice", "addr:b"]) == 0
-    assert throttle.delay_for(["user:carol", "addr:a"]) == 4
+        lockout.reserve(db, [("user:alice", throttle), ("addr:a", throttle)], now)
+    lockout.reserve(db, [("user:alice", throttle), ("addr:a", throttle)], now)  # the right password...
+    lockout.succeeded(db, ["user:alice"], ["addr:a"])  # ...takes its attempt back
+    assert lockout.reserve(db, [("user:alice", throttle), ("addr:b", throttle)], now) == 0
+    assert lockout.reserve(db, [("user:carol", throttle), ("addr:a", throttle)], now) == 4
+
+
+def test_concurrent_attempts_are_counted_one_by_one(db) -> None:
+    """Sixty attempts at once against a lock at 20: exactly 20 are let through to the password check."""
+    throttle = LoginThrottle(free=100, lock_after=20, window_s=600)
+    barrier = threading.Barrier(60)
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        barrier.wait()
+        try:
+            lockout.reserve(db, [("user:target@a", throttle), ("addr:a", LoginThrottle(lock_after=1000))])
+            outcomes.append("checked")
+        except TooManyRequests:
+            outcomes.append("locked")
+
+    threads = [threading.Thread(target=attempt) for _ in range(60)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcomes.count("checked") == 20 and outcomes.count("locked") == 40, outcomes

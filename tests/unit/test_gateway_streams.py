@@ -110,3 +110,66 @@ def test_a_refusal_before_the_body_is_raised_with_the_workers_words_and_the_conn
         run(fetch())
     assert (caught.value.status, caught.value.code) == (404, "document_not_found")
     assert caught.value.message == "no such document" and closed
+
+
+def dropping_first(answer: httpx.Response):
+    """A worker whose first connection is closed before any answer (a keep-alive connection it had just closed
+    when the gateway reused it), then answers `answer`; `seen` holds each request's body as it arrived."""
+    seen: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.read())
+        if len(seen) == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+        return answer
+
+    return handler, seen
+
+
+def test_an_upload_on_a_connection_closed_before_any_answer_is_sent_once_more_whole(tmp_path) -> None:
+    added = {"filename": "a.md", "dataset": "default", "document_id": "x", "chunks": 1, "replaced": False}
+    handler, seen = dropping_first(httpx.Response(200, json=added))
+
+    async def upload() -> dict:
+        worker = client_for(handler, tmp_path)
+        try:
+            return await worker.add_document("notes", "default", "a.md", b"# A\n\nsome text", "text/markdown")
+        finally:
+            await worker.aclose()
+
+    assert run(upload()) == added
+    assert len(seen) == 2 and seen[0] == seen[1] and b"some text" in seen[1]
+
+
+def test_a_streamed_upload_on_a_connection_closed_before_any_answer_is_sent_once_more(tmp_path) -> None:
+    handler, seen = dropping_first(httpx.Response(200, content=b"event: done\ndata: {}\n\n"))
+
+    async def upload() -> list[str]:
+        worker = client_for(handler, tmp_path)
+        try:
+            stream = await worker.add_document_stream("notes", "default", "a.md", b"# A\n\ntext", None)
+            async with stream:
+                return [f.event async for f in stream.frames()]
+        finally:
+            await worker.aclose()
+
+    assert run(upload()) == ["done"]
+    assert len(seen) == 2
+
+
+def test_a_chat_turn_is_not_sent_twice_on_a_broken_connection(tmp_path) -> None:
+    handler, seen = dropping_first(httpx.Response(200, content=b"event: done\ndata: {}\n\n"))
+
+    async def chat() -> Exception:
+        worker = client_for(handler, tmp_path)
+        try:
+            await worker.chat_stream({"question": "hi"})
+        except Exception as exc:  # noqa: BLE001 (the kind of exception is what is tested)
+            return exc
+        finally:
+            await worker.aclose()
+        raise AssertionError("a chat turn was sent again")
+
+    err = run(chat())
+    assert err.status == 503 and "RemoteProtocolError" in err.message
+    assert len(seen) == 1

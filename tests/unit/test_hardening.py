@@ -108,7 +108,10 @@ def test_nested_json_is_a_400_on_the_worker(tmp_path):
 def gateway(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gw_hardening")
     settings = GatewaySettings(
-        INDEX_STORE=tmp / "store", UPLOADS_DIR=tmp / "uploads", WORKER_URL=f"http://127.0.0.1:{free_port()}"
+        INDEX_STORE=tmp / "store",
+        UPLOADS_DIR=tmp / "uploads",
+        WORKER_URL=f"http://127.0.0.1:{free_port()}",
+        GATEWAY_ALLOWED_HOSTS="testserver",  # the host Starlette's test client asks for
     )
     with TestClient(create_gateway(settings), raise_server_exceptions=False) as client:
         yield client

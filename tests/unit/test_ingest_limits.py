@@ -28,6 +28,22 @@ def test_a_pdf_over_max_pdf_pages_is_refused_before_conversion(tmp_path):
     assert Converter(limits=Limits(max_pdf_pages=4)).convert(path).pages == 4
 
 
+def test_an_image_over_max_image_pixels_is_refused_from_its_header_with_the_limit(tmp_path):
+    from tests.integration.hardening.test_worker_uploads import png_declaring
+
+    path = tmp_path / "wide.png"
+    path.write_bytes(png_declaring(3000, 2000))
+    with pytest.raises(IngestError) as err:
+        Converter(limits=Limits(max_image_pixels=5_000_000)).convert(path)
+    assert (err.value.code, err.value.status) == ("image_too_large", 413)
+    assert "3,000 x 2,000" in err.value.message and "5,000,000" in err.value.message
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(png_declaring(40000, 40000))  # past twice Pillow's own bound: it refuses before the size
+    with pytest.raises(IngestError) as err:
+        Converter().convert(bomb)
+    assert err.value.code == "image_too_large" and "MAX_IMAGE_PIXELS" in err.value.message
+
+
 def test_the_default_page_limit_is_2000():
     assert Limits().max_pdf_pages == 2000
 

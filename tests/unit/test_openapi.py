@@ -86,3 +86,25 @@ def test_answers_are_described_by_their_models_not_by_hand():
     }
     answer = spec()["paths"]["/chat"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
     assert answer == {"$ref": "#/components/schemas/Answer"}
+
+
+def test_an_upload_documents_its_refusals_and_links_to_the_operations_on_what_it_made():
+    upload = spec()["paths"]["/add_document"]["post"]
+    refusals = upload["responses"]
+    # A name without a known extension is a 415, a file with no text a 400: said, not only numbered.
+    assert "extension" in refusals["415"]["description"]
+    assert "no text" in refusals["400"]["description"]
+    links = refusals["200"]["links"]
+    operation_ids = {
+        op["operationId"] for path in spec()["paths"].values() for op in path.values() if "operationId" in op
+    }
+    targets = {link["operationId"] for link in links.values()}
+    assert targets <= operation_ids
+    # Every operation on an index or one of its documents is reachable from an upload that made them.
+    assert {"get_get_documents", "get_get_document", "post_delete", "delete_indexes_{index}"} <= targets
+    for link in links.values():
+        expressions = [*link.get("parameters", {}).values(), *link.get("requestBody", {}).values()]
+        assert expressions and all(e.startswith("$response.body#/") for e in expressions), link
+        for expression in expressions:
+            assert expression.removeprefix("$response.body#/") in {"index", "dataset", "filename"}
+    assert "index" in spec()["components"]["schemas"]["Added"]["properties"]

@@ -67,6 +67,13 @@ def test_closing_run_steps_early_ends_the_job(sandbox):
     assert run(sandbox, "count", {"n": 1})["counted"] == 1, "the sandbox goes on serving"
 
 
+def test_a_result_larger_than_a_pipe_line_arrives_whole(sandbox, tmp_path):
+    result = run(sandbox, "big", {"n": 2000}, scratch=tmp_path)
+    assert len(result["names"]) == 2000 and result["names"][-1].startswith("attachment-1999-")
+    assert list(tmp_path.iterdir()) == [], "the file that carried the result is removed once read"
+    assert len(run(sandbox, "big", {"n": 500})["names"]) == 500  # without a scratch folder too
+
+
 def test_a_refusal_keeps_its_code_and_status(sandbox):
     with pytest.raises(ApiError) as err:
         run(sandbox, "refuse")

@@ -135,6 +135,70 @@ def test_the_validator_accepts_ctes_unions_and_subqueries():
         assert validate(sql, {"wards"})
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # A CTE is visible only in the query its WITH belongs to: elsewhere the same name is a file read.
+        '(WITH "/etc/x.csv" AS (SELECT 1) SELECT * FROM "/etc/x.csv") UNION SELECT * FROM "/etc/x.csv"',
+        'SELECT * FROM (WITH "/etc/x.csv" AS (SELECT 1) SELECT * FROM "/etc/x.csv") JOIN "/etc/x.csv" ON true',
+        'WITH a AS (WITH "/etc/x.csv" AS (SELECT 1) SELECT * FROM "/etc/x.csv") SELECT * FROM "/etc/x.csv"',
+        # Inside its own WITH a CTE sees only the earlier ones, and itself only under RECURSIVE.
+        'WITH "/etc/x.csv" AS (SELECT * FROM "/etc/x.csv") SELECT * FROM "/etc/x.csv"',
+        'WITH a AS (SELECT * FROM "/etc/x.csv"), "/etc/x.csv" AS (SELECT 1) SELECT * FROM a',
+    ],
+)
+def test_a_cte_name_counts_only_where_the_cte_is_visible(sql):
+    with pytest.raises(Refused, match="unknown table '/etc/x.csv'"):
+        validate(sql, {"wards"})
+
+
+def test_ctes_visible_where_they_are_named_are_accepted():
+    for sql in (
+        "WITH a AS (SELECT * FROM wards) SELECT * FROM a UNION SELECT * FROM a",
+        "WITH b AS (SELECT 1 AS x), a AS (SELECT * FROM b) SELECT * FROM a",
+        "WITH a AS (SELECT 1 AS x) SELECT * FROM wards WHERE EXISTS (SELECT 1 FROM (SELECT * FROM a) AS s)",
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
+    ):
+        assert validate(sql, {"wards"})
+
+
+def test_a_result_is_cut_at_its_byte_and_cell_limits_and_says_which(settings, wards):
+    known, where = {"wards": wards}, {"wards": "hosp"}
+    wide = "SELECT repeat('x', 100) AS a FROM wards"
+    by_bytes = tables.run_query(settings, known, where, wide, max_rows=10, timeout_s=10, max_bytes=250)
+    assert len(by_bytes.rows) == 2 and by_bytes.truncated and by_bytes.limit == "250 bytes"
+    by_cells = tables.run_query(
+        settings, known, where, "SELECT * FROM wards", max_rows=10, timeout_s=10, max_cells=20
+    )
+    assert len(by_cells.rows) == 2 and by_cells.truncated and by_cells.limit == "20 cells"
+    whole = tables.run_query(settings, known, where, "SELECT ward FROM wards", max_rows=10, timeout_s=10)
+    assert len(whole.rows) == 3 and not whole.truncated
+
+
+def test_a_single_huge_row_is_refused_saying_so(settings, wards):
+    with pytest.raises(
+        tables.QueryError, match="too large: its first row alone has .* bytes, over the limit"
+    ):
+        tables.run_query(
+            settings,
+            {"wards": wards},
+            {"wards": "hosp"},
+            "SELECT range(100000) AS r",
+            max_rows=5,
+            timeout_s=10,
+        )
+
+
+def test_past_its_memory_limit_a_query_fails_without_spilling_to_disk(settings, wards, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    hungry = "SELECT count(*) FROM (SELECT DISTINCT a.range * 100000 + b.range AS k FROM range(100000) a, range(200) b)"
+    with pytest.raises(tables.QueryError, match="needed more than 64 MB of memory"):
+        tables.run_query(
+            settings, {"wards": wards}, {"wards": "hosp"}, hungry, max_rows=5, timeout_s=60, memory_mb=64
+        )
+    assert not (tmp_path / ".tmp").exists()
+
+
 def test_model_replies_are_unwrapped():
     assert extract_sql("```sql\nSELECT 1;\n```") == "SELECT 1"
     assert extract_sql("<think>hmm</think>\nSELECT count(*) FROM t;") == "SELECT count(*) FROM t"

@@ -310,3 +310,14 @@ def test_a_retried_search_shows_its_query_and_the_answer_says_its_passages_came_
     assert done["retried_query"] == "ducks eat", "the answer says which query its passages came from"
     assert done["rewritten"] is None, "the question itself was not rewritten"
     assert done["question"] == "What does a waterfowl have for dinner?"
+
+
+def test_a_model_the_request_chose_that_ollama_lacks_is_a_404_naming_the_option(worker, fake_ollama):
+    body = {"prompt": "hello", "index": "corpus", "options": {"route": "direct", "model": "no-such-model:1b"}}
+    resp = chat(worker, body)
+    assert resp.status_code == 404, resp.text
+    error = resp.json()
+    assert error["code"] == "model_not_found"
+    assert "options.model" in error["error"] and "no-such-model:1b" in error["error"]
+    events = events_of(worker, body)
+    assert events[-1][0] == "error" and events[-1][1]["code"] == "model_not_found"

@@ -1,6 +1,7 @@
 // Settings. Everyone: their account (change password, which signs out every other session).
-// Admins also: the accounts on this server (disable / enable, which ends the account's sessions), and the turn
-// options the gateway sends with every chat turn (GET/PUT /api/settings). Every turn option may be left on
+// Admins also: the accounts on this server (disable / enable, which ends the account's sessions), the turn
+// options the gateway sends with every chat turn (GET/PUT /api/settings), and what users may choose per turn:
+// the allowed models (besides the worker's own) and the prompt presets (users may not override prompts). Every turn option may be left on
 // "default", which leaves the worker's own default in force; the worker's effective defaults
 // (`worker_defaults`, from its /config, shown to admins only) appear next to each field.
 
@@ -44,6 +45,8 @@ export class SettingsView {
     }
     this.options = data?.options || {};
     this.worker = data?.worker_defaults || null;
+    this.allowedModels = data?.allowed_models || [];
+    this.presets = data?.prompt_presets || {};
     this.render();
   }
 
@@ -201,6 +204,21 @@ export class SettingsView {
       };
     });
 
+    const allowedModels = h("textarea", {
+      class: "input",
+      id: "setting-allowed_models",
+      rows: 3,
+      value: this.allowedModels.join("\n"),
+      placeholder: "one model per line, e.g. llama3.2:3b",
+    });
+    const presets = h("textarea", {
+      class: "input prompt",
+      id: "setting-prompt_presets",
+      rows: 6,
+      value: Object.keys(this.presets).length ? JSON.stringify(this.presets, null, 2) : "",
+      placeholder: '{"brief": {"system": "Answer in two sentences, citing the sources."}}',
+    });
+
     const form = h(
       "form",
       {
@@ -216,11 +234,25 @@ export class SettingsView {
           const custom = {};
           for (const { name, area, fallback } of promptFields) if (area.value !== fallback) custom[name] = area.value;
           if (Object.keys(custom).length) options.prompts = custom;
+          const allowed = allowedModels.value.split(/[\s,]+/).filter(Boolean);
+          let promptPresets = {};
+          if (presets.value.trim()) {
+            try {
+              promptPresets = JSON.parse(presets.value);
+            } catch (err) {
+              status.textContent = `Prompt presets: not valid JSON (${err.message}).`;
+              status.className = "save-status form-error";
+              presets.focus();
+              return;
+            }
+          }
           status.textContent = "Saving…";
           status.className = "save-status";
           try {
-            const saved = await api.putSettings({ options });
+            const saved = await api.putSettings({ options, allowed_models: allowed, prompt_presets: promptPresets });
             this.options = saved?.options || options;
+            this.allowedModels = saved?.allowed_models || allowed;
+            this.presets = saved?.prompt_presets || promptPresets;
             status.replaceChildren(icon("check"), h("span", { text: "Saved. New turns use these settings." }));
             status.className = "save-status ok";
             announce("Settings saved");
@@ -240,6 +272,12 @@ export class SettingsView {
           { class: "settings-fields" },
           field("setting-model", "Answer model", model, "An Ollama tag or model id the worker can load."),
           field("setting-temperature", "Temperature", temperature),
+          field(
+            "setting-allowed_models",
+            "Models users may choose",
+            allowedModels,
+            "Besides the worker's own (its generation and utility models) and the answer model above; a turn naming any other model is refused.",
+          ),
         ),
       ),
       h(
@@ -257,6 +295,16 @@ export class SettingsView {
       promptFields.length
         ? h("fieldset", { class: "card settings-group" }, h("legend", { text: "Prompts" }), promptFields.map((p) => p.element))
         : null,
+      h(
+        "fieldset",
+        { class: "card settings-group" },
+        h("legend", { text: "Prompt presets" }),
+        h("p", {
+          class: "muted",
+          text: "Only administrators may override prompts in a turn; users choose one of these by name (options.prompt_preset). JSON: {\"name\": {\"prompt\": \"text\"}}, prompt names as above.",
+        }),
+        h("div", { class: "field wide" }, h("label", { for: presets.id, text: "Presets (JSON)" }), presets),
+      ),
       this.worker ? workerInfo(workerSettings, this.worker.reranker) : h("p", { class: "notice", text: "The worker did not answer; its defaults are not shown." }),
       h("div", { class: "form-actions" }, status, h("button", { class: "button primary", type: "submit", text: "Save settings" })),
     );
