@@ -70,9 +70,7 @@ def stack(tmp):
     assert cli.returncode == 0, cli.stdout + cli.stderr
     with (
         worker_process(tmp, env=WORKER_ENV) as worker,
-        # The load test below sends UPLOADS files from one account at once: the per-account allowance
-        # (MAX_UPLOADS_PER_USER, an operator's setting) is raised so that all of them reach the worker.
-        gateway_process(tmp, worker_url=worker.url, env={"MAX_UPLOADS_PER_USER": str(UPLOADS)}) as gateway,
+        gateway_process(tmp, worker_url=worker.url) as gateway,
     ):
         yield worker, gateway
 
