@@ -37,13 +37,7 @@ def stack(tmp_path_factory):
         }
         worker = es.enter_context(worker_process(tmp, env=worker_env))
         gateway = es.enter_context(
-            gateway_process(
-                tmp,
-                worker_url=worker.url,
-                # The burst is 20 uploads from one account at once: the per-account allowance is an operator's
-                # setting, raised here so that all 20 reach the worker (what this test is about).
-                env={"OLLAMA_HOST": ollama.url, "MAX_UPLOADS_PER_USER": "20"},
-            )
+            gateway_process(tmp, worker_url=worker.url, env={"OLLAMA_HOST": ollama.url})
         )
         yield worker, gateway, tmp
 
