@@ -15,7 +15,7 @@ from contract.hosts import AllowedHosts
 
 from . import accounts, chats, lifecycle, meta, openapi
 from .auth import LoginThrottle, RateLimit
-from .context import Context, upload_slots
+from .context import Context
 from .db import Database
 from .errors import HANDLERS
 from .fallback import fallback_for
@@ -69,7 +69,6 @@ def create_app(settings: Settings | None = None) -> Starlette:
             address_throttle=address_throttle,
             registrations=registrations,
             turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
-            upload_slots=upload_slots(settings.max_uploads_per_user),
         )
         # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
         sweeper = asyncio.create_task(

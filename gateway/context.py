@@ -40,8 +40,6 @@ class Context:
     registrations: RateLimit = field(default_factory=lambda: RateLimit(limit=10, window_s=3600))
     # Running turns per user (MAX_TURNS_PER_USER), counted in this process.
     turn_slots: TurnSlots = field(default_factory=lambda: TurnSlots(per_user=4))
-    # Uploads being indexed per user (MAX_UPLOADS_PER_USER), counted in this process.
-    upload_slots: TurnSlots = field(default_factory=lambda: upload_slots(4))
     # Turns still being read from the worker, kept referenced so a browser disconnect cannot drop them.
     running: set[asyncio.Task] = field(default_factory=set)
     # This process's name as a turn owner (gateway/lifecycle.py), and its running turns by chat id.
@@ -49,10 +47,6 @@ class Context:
     turns: dict[int, Any] = field(default_factory=dict)
     # Index builds this process runs (gateway/indexes/builds.py), by index id.
     builds: dict[int, Any] = field(default_factory=dict)
-
-
-def upload_slots(per_user: int) -> TurnSlots:
-    return TurnSlots(per_user=per_user, code="too_many_uploads", what="files being indexed")
 
 
 def ctx(request: Request) -> Context:

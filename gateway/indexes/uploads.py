@@ -11,10 +11,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from sqlmodel import select
-from starlette.background import BackgroundTask
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 from ..context import Context, ctx, current_user, in_thread, path_id
 from ..db import IndexDocument, utcnow
@@ -45,36 +44,12 @@ async def read_upload(request: Request, c: Context) -> tuple[UploadFile, str]:
     return upload, check_dataset(dataset.strip())
 
 
-async def upload_document(request: Request) -> Response:
+async def upload_document(request: Request) -> JSONResponse:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
     index = await in_thread(
         read_owned_index, c, user.id, index_id
     )  # before reading the body: another user's index is a 404, not a 413
-    slot = c.upload_slots.take(user.id)  # MAX_UPLOADS_PER_USER: a 429 when the account has that many indexing
-    try:
-        response = await _upload(request, c, user, index)
-    except BaseException:
-        slot.release()
-        raise
-    if isinstance(response, StreamingResponse):  # the slot is held until the relayed indexing ends
-        response.body_iterator = _releasing(response.body_iterator, slot.release)
-        response.background = BackgroundTask(slot.release)  # also when the body never started
-    else:
-        slot.release()
-    return response
-
-
-async def _releasing(body: AsyncIterator, release: Callable[[], None]) -> AsyncIterator:
-    try:
-        async for chunk in body:
-            yield chunk
-    finally:
-        release()
-
-
-async def _upload(request: Request, c: Context, user, index) -> Response:
-    index_id = index.id
     upload, dataset = await read_upload(request, c)
     filename = check_filename(upload.filename)
     content = await upload.read()
