@@ -166,6 +166,14 @@ class IndexOut(Out):
     created_at: str | None
     updated_at: str | None
     datasets: list[str]
+    access: Literal["owner", "editor", "reader"] = Field(description="what the signed-in user may do with it")
+    owner_id: int
+    owner: str = Field(description="the owner's username")
+    via: Literal["owner", "direct", "group", "everyone", "admin"] = Field(
+        description="where the access comes from: the user owns it, a grant to them, a group, everyone, or "
+        "administrator rights"
+    )
+    via_group: str | None = Field(default=None, description="the group's name when `via` is group")
 
 
 class IndexFull(IndexOut):
