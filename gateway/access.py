@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlmodel import Session, col, or_, select
 
@@ -20,6 +21,7 @@ from .context import Context
 from .db import GroupMember, Index, IndexGrant, User
 from .errors import NotFound
 
+T = TypeVar("T")
 READER, EDITOR, OWNER = "reader", "editor", "owner"
 GRANT_ROLES = (READER, EDITOR)  # what a grant can give; owner is the index's owner_id
 RANK = {READER: 1, EDITOR: 2, OWNER: 3}
@@ -40,6 +42,17 @@ class Access:
 
     def allows(self, need: str) -> bool:
         return RANK[self.role] >= RANK[need]
+
+
+INT32_MAX = 2**31 - 1  # Postgres `integer` ids (SQLModel's int primary keys); SQLite's are 64-bit
+
+
+def get_row(s: Session, model: type[T], row_id: int) -> T | None:
+    """`s.get(model, row_id)`, with an id past the database's integers naming no row (instead of Postgres
+    refusing the query: a client's `2**62` is a 404, not a 500)."""
+    if s.get_bind().dialect.name == "postgresql" and row_id > INT32_MAX:
+        return None
+    return s.get(model, row_id)
 
 
 def not_found(index_id: int) -> NotFound:
@@ -90,7 +103,7 @@ def access_of(s: Session, user: User, index: Index) -> Access | None:
 def index_access(s: Session, user: User, index_id: int, need: str = READER) -> Access:
     """The index with the user's access to it, when that access is at least `need` (reader / editor / owner);
     otherwise a 404 with the body of a missing index."""
-    index = s.get(Index, index_id)
+    index = get_row(s, Index, index_id)
     if index is None:
         raise not_found(index_id)
     access = access_of(s, user, index)

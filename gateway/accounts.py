@@ -14,7 +14,7 @@ from sqlmodel import col, func, select, update
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from . import lockout
+from . import audit, lockout
 from .auth import hash_password, issue_token, verify_password
 from .context import Context, admin_user, ctx, current_user, in_thread, path_id, read_json
 from .db import Database, User, iso
@@ -91,6 +91,9 @@ async def register(request: Request) -> JSONResponse:
     c.registrations.hit(f"addr:{_client(request)}", "new accounts")
     password_hash = await in_thread(hash_password, body.password)
     user = await in_thread(create_user, c.db, body.username, password_hash)
+    await in_thread(
+        record_event, c.db, user, "user.create", "user", user.id, {"username": user.username}, request
+    )
     if user.first_admin:
         from .indexes.demo import adopt_demo_index
 
@@ -124,6 +127,18 @@ async def login(request: Request) -> JSONResponse:
     user = await in_thread(load)
     ok = await in_thread(verify_password, body.password, user.password_hash if user else None)
     if not ok or user is None or user.disabled:
+        if delay:  # past the throttle's free attempts: worth an administrator's look
+            detail = {"username": body.username[:64], "delay_s": delay}
+            await in_thread(
+                record_event,
+                c.db,
+                None,
+                "auth.login_throttled",
+                "user",
+                user.id if user else "",
+                detail,
+                request,
+            )
         # A disabled account's right password stays counted as a failure, like a wrong one: same answer.
         raise Unauthorized(BAD_CREDENTIALS, code="bad_credentials")
     # This account's counter starts afresh; the address only gets this attempt back: logging into one's own
@@ -134,6 +149,15 @@ async def login(request: Request) -> JSONResponse:
 
         await adopt_demo_index(c, user.id)  # an admin made by create-admin has not met the demo yet
     return _signed_in(request, c, user, {})
+
+
+def record_event(
+    db: Database, actor: User | None, action: str, kind: str, object_id, detail: dict, request
+) -> None:
+    """One audit row in a transaction of its own (for events that change nothing else)."""
+    with db.session() as s:
+        audit.record(s, actor, action, kind, object_id, detail, audit.address_of(request))
+        s.commit()
 
 
 def revoke_tokens(db: Database, user_id: int, **values) -> User | None:

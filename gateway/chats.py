@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from . import lifecycle
-from .access import readable_documents, readable_subset, require_indexes
+from .access import get_row, readable_documents, readable_subset, require_indexes
 from .answers import message_fields
 from .context import ctx, current_user, in_thread, path_id, read_json
 from .db import Chat, ChatIndex, Index, Message, User, iso, utcnow
@@ -18,7 +18,7 @@ from .schemas import ChatCreate, ChatUpdate
 
 
 def owned_chat(s: Session, owner_id: int, chat_id: int) -> Chat:
-    chat = s.get(Chat, chat_id)
+    chat = get_row(s, Chat, chat_id)
     if chat is None or chat.owner_id != owner_id:
         raise NotFound(f"no chat {chat_id}", code="chat_not_found")
     return chat

@@ -203,3 +203,47 @@ class Health(Out):
     llm_model: str | None = None
     ollama: Literal["ok", "down", "unknown"] | None = None
     down: list[str] | None = None
+
+
+class MemberOut(Out):
+    id: int
+    username: str
+
+
+class GroupOut(Out):
+    id: int
+    name: str
+    description: str
+    created_at: str | None
+    members: list[MemberOut]
+
+
+class GrantOut(Out):
+    """One share of an index: to whom (`subject_type`, `subject_id`, `subject_name`) and the role."""
+
+    id: int
+    index_id: int
+    subject_type: Literal["user", "group", "everyone"]
+    subject_id: int | None
+    subject_name: str
+    role: Literal["reader", "editor"]
+    created_at: str | None
+
+
+class AuditOut(Out):
+    id: int
+    at: str | None
+    actor_id: int | None
+    actor_name: str | None
+    action: str
+    object_type: str
+    object_id: str
+    detail: Json
+    address: str | None
+
+
+class AuditPage(Out):
+    """One page of the audit log, newest first; `next_before` is the `before` of the next (older) page."""
+
+    events: list[AuditOut]
+    next_before: int | None

@@ -32,6 +32,8 @@ class Operation:
     # OpenAPI links from the success: {name: (operationId, {parameter: runtime expression})}, so a client (and
     # schemathesis' stateful phase) knows which ids this answer hands on.
     links: Links | None = None
+    # Optional query parameters: {name: (JSON schema, description)}.
+    query: dict[str, tuple[dict, str]] | None = None
 
 
 class ApiRoute(Route):

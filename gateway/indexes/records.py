@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from sqlmodel import Session, col, func, select
 
-from ..access import Access
+from ..access import Access, get_row
 from ..db import Group, Index, IndexDocument, User, iso, utcnow
 from ..errors import NotFound
 from ..responses import DocumentOut, IndexFull, IndexOut
 
 
 def owned_document(s: Session, index: Index, document_id: int) -> IndexDocument:
-    doc = s.get(IndexDocument, document_id)
+    doc = get_row(s, IndexDocument, document_id)
     if doc is None or doc.index_id != index.id:
         raise NotFound(f"no document {document_id} in this index", code="document_not_found")
     return doc

@@ -12,6 +12,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from .. import audit
 from ..access import EDITOR, OWNER, READER, Access, index_access, read_index, readable_indexes, require_index
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
 from ..db import ChatIndex, Index, IndexDocument, IndexGrant, User, utcnow
@@ -109,6 +110,7 @@ async def delete_index(request: Request) -> Response:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
     index = await in_thread(read_index, c, user, index_id, OWNER)
+    address = audit.address_of(request)
     # A table never built is fine; any other failure leaves everything as it was.
     with contextlib.suppress(WorkerNotFound):
         await c.worker.drop_index(index.worker_name)
@@ -122,6 +124,15 @@ async def delete_index(request: Request) -> Response:
             s.exec(delete(IndexGrant).where(col(IndexGrant.index_id) == index.id))
             s.exec(delete(IndexDocument).where(col(IndexDocument.index_id) == index.id))
             s.exec(delete(Index).where(col(Index.id) == index.id))
+            audit.record(
+                s,
+                user,
+                "index.delete",
+                "index",
+                index.id,
+                {"index": index.name, "owner_id": index.owner_id, "documents": index.document_count},
+                address,
+            )
             s.commit()
 
     await in_thread(remove)
@@ -163,9 +174,20 @@ async def delete_document(request: Request) -> Response:
     except WorkerNotFound:
         await confirm_gone(c, index, doc)  # the worker has nothing under this name: is it really gone?
 
+    address = audit.address_of(request)
+
     def remove() -> None:
         with c.db.session() as s:
             s.exec(delete(IndexDocument).where(col(IndexDocument.id) == doc.id))
+            audit.record(
+                s,
+                user,
+                "document.delete",
+                "document",
+                doc.id,
+                {"index_id": index.id, "index": index.name, "dataset": doc.dataset, "filename": doc.filename},
+                address,
+            )
             current = s.get(Index, index.id)
             refresh_counts(s, current, None if current.status == "building" else "auto")
             s.commit()
