@@ -4,6 +4,7 @@ import { api, session, setUnauthorizedHandler } from "./api.js";
 import { h, icon, mount } from "./dom.js";
 import { navigate, onRoute, parseRoute } from "./router.js";
 import { currentTheme, toggleTheme } from "./theme.js";
+import { AdminView, adminLink } from "./views/admin.js";
 import { ChatList } from "./views/chatlist.js";
 import { ChatView } from "./views/chat.js";
 import { DocumentsView } from "./views/documents.js";
@@ -43,6 +44,7 @@ function route() {
   shell.closeSidebar();
   if (name === "documents") currentView = new DocumentsView(shell, id);
   else if (name === "settings") currentView = new SettingsView(shell);
+  else if (name === "admin") currentView = new AdminView(shell, id);
   else currentView = new ChatView(shell, id);
   shell.chatList.setActive(name === "chats" ? id : null);
   shell.setActiveNav(name);
@@ -130,6 +132,7 @@ function ensureShell() {
       { class: "sidebar-nav", "aria-label": "Sections" },
       navLink("documents", "Documents", "files"),
       navLink("settings", "Settings", "settings"),
+      adminLink(navLink),
     ),
     h(
       "div",
