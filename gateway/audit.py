@@ -118,7 +118,9 @@ async def list_audit(request: Request) -> JSONResponse:
     def load() -> dict:
         nonlocal before
         with c.db.session() as s:
-            if s.get_bind().dialect.name == "postgresql":  # its ids are 32-bit: past them, nothing or everything
+            if (
+                s.get_bind().dialect.name == "postgresql"
+            ):  # its ids are 32-bit: past them, nothing or everything
                 if actor_id is not None and actor_id > INT32_MAX:
                     return AuditPage(events=[], next_before=None).data()
                 if before is not None and before > INT32_MAX:
