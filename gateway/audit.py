@@ -74,6 +74,7 @@ def event_json(e: AuditEvent) -> dict:
 
 
 MAX_PAGE = 200
+FILTER = {"type": "string", "maxLength": 128, "pattern": "^[^\\u0000]*$"}  # a NUL: no database takes one
 FILTERS = ("action", "actor_id", "object_type", "object_id", "since", "until", "before", "limit")
 
 
@@ -112,7 +113,7 @@ async def list_audit(request: Request) -> JSONResponse:
     since, until = _time(params, "since"), _time(params, "until")
     action, object_type, object_id = (params.get(k) for k in ("action", "object_type", "object_id"))
     for name, value in (("action", action), ("object_type", object_type), ("object_id", object_id)):
-        if value is not None and (len(value) > 128 or not value.isprintable()):
+        if value is not None and (len(value) > 128 or "\x00" in value):  # no database takes a NUL
             raise BadRequest(f"{name} is not a valid filter", code="invalid", field=name)
 
     def load() -> dict:
@@ -166,15 +167,18 @@ routes = [
             tag="teams",
             query={
                 "action": (
-                    {"type": "string", "maxLength": 128},
+                    FILTER,
                     "an action, or a prefix ending in '.' (group.)",
                 ),
-                "actor_id": ({"type": "integer", "minimum": 1}, "events by this user"),
-                "object_type": ({"type": "string", "maxLength": 128}, "index, group, user, document, key"),
-                "object_id": ({"type": "string", "maxLength": 128}, "with object_type: one object's events"),
+                "actor_id": ({"type": "integer", "minimum": 1, "maximum": MAX_ID}, "events by this user"),
+                "object_type": (FILTER, "index, group, user, document, key"),
+                "object_id": (FILTER, "with object_type: one object's events"),
                 "since": ({"type": "string", "format": "date-time"}, "at or after this time"),
                 "until": ({"type": "string", "format": "date-time"}, "before this time"),
-                "before": ({"type": "integer", "minimum": 1}, "older than this event id (next_before)"),
+                "before": (
+                    {"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                    "older than this event id (next_before)",
+                ),
                 "limit": ({"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "events per page (50)"),
             },
         ),
