@@ -68,8 +68,10 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
     with c.db.session() as s:
         chat = owned_chat(s, user.id, chat_id)
         # Access is checked at every turn: an index the user can no longer read is neither searched nor are
-        # its passages carried (sendable_documents keeps only documents of the indexes searched).
-        indexes = readable_subset(s, user, linked_indexes(s, chat.id))
+        # its passages carried (sendable_documents keeps only documents of the indexes searched). An index
+        # with no documents (none uploaded yet, or a first build that failed) may have no worker table: there
+        # is nothing to search in it.
+        indexes = [i for i in readable_subset(s, user, linked_indexes(s, chat.id)) if i.document_count > 0]
         if body.force_rag and not indexes:
             # Well-formed, but this chat has no index to search: a conflict with its state (link one first).
             raise Conflict("force_rag needs an index linked to this chat", code="no_index", field="force_rag")

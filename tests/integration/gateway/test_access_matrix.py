@@ -352,7 +352,7 @@ def test_bad_shares_and_groups_are_4xx_that_say_what_is_wrong(world) -> None:
         ({"subject_type": "user", "username": "editor", "role": "admin"}, 400, "invalid", "role"),
         ({"subject_type": "robots", "role": "reader"}, 400, "invalid", "subject_type"),
         ({"subject_type": "user", "role": "reader"}, 400, "invalid", "user_id"),
-        ({"subject_type": "user", "username": "owner", "role": "reader"}, 400, "grant_to_owner", "user_id"),
+        ({"subject_type": "user", "username": "owner", "role": "reader"}, 409, "grant_to_owner", "user_id"),
         ({"subject_type": "everyone", "username": "x", "role": "reader"}, 400, "invalid", "subject_type"),
         ({"subject_type": "user", "username": "x" * 65, "role": "reader"}, 400, "invalid", "username"),
         ({"subject_type": "user", "user_id": "1", "role": "reader"}, 400, "invalid", "user_id"),
@@ -401,7 +401,7 @@ def test_bad_shares_and_groups_are_4xx_that_say_what_is_wrong(world) -> None:
     r = w.call("owner", "POST", f"/api/indexes/{theirs}/owner", json={"username": "spare"})
     assert (r.status_code, r.json()["code"]) == (409, "index_exists")
     r = w.call("owner", "POST", f"/api/indexes/{theirs}/owner", json={"username": "owner"})
-    assert (r.status_code, r.json()["code"]) == (400, "already_owner")
+    assert (r.status_code, r.json()["code"]) == (409, "already_owner")
     r = w.call("owner", "POST", f"/api/indexes/{theirs}/owner", json={"username": "nobody_here"})
     assert (r.status_code, r.json()["code"]) == (404, "user_not_found")
     assert w.call("spare", "GET", f"/api/indexes/{theirs}").status_code == 404
