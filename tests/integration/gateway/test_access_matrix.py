@@ -519,3 +519,37 @@ def test_a_database_from_before_teams_upgrades_in_place_and_shares_nothing(tmp_p
             s.commit()
             assert [(a.index.name, a.role) for a in readable_indexes(s, bob)] == [("notes", "owner")]
             assert readable_indexes(s, carol) == []
+
+
+def test_leaving_the_group_or_an_index_made_private_ends_the_access_at_once(world) -> None:
+    w = world
+    group = make_group(w)  # reader_group and spare are its members
+    index = w.call("owner", "POST", "/api/indexes", json={"name": f"private {next(_names)}"}).json()["id"]
+    grants = f"/api/indexes/{index}/grants"
+    body = {"subject_type": "group", "group_id": group["group"], "role": "editor"}
+    assert w.call("admin", "POST", grants, json=body).status_code == 201
+    everyone = w.call("owner", "POST", grants, json={"subject_type": "everyone", "role": "reader"}).json()
+    chat = w.call("reader_group", "POST", "/api/chats", json={"index_ids": [index]}).json()["id"]
+    assert (
+        w.call("reader_group", "GET", f"/api/indexes/{index}").json()["access"] == "editor"
+    )  # the best grant
+    assert w.call("non_member", "GET", f"/api/indexes/{index}").json()["via"] == "everyone"
+
+    r = w.call("admin", "DELETE", f"/api/groups/{group['group']}/members/{w.ids['reader_group']}")
+    assert r.status_code == 204
+    shown = w.call("reader_group", "GET", f"/api/indexes/{index}").json()
+    assert (shown["access"], shown["via"]) == ("reader", "everyone")  # what is left: everyone's reader grant
+    assert (
+        w.call("reader_group", "PATCH", f"/api/indexes/{index}", json={"description": "x"}).status_code == 404
+    )
+
+    assert w.call("owner", "DELETE", f"{grants}/{everyone['id']}").status_code == 204  # made private
+    for who in ("reader_group", "non_member"):
+        assert w.call(who, "GET", f"/api/indexes/{index}").status_code == 404, who
+        assert index not in {i["id"] for i in w.call(who, "GET", "/api/indexes").json()}, who
+    assert w.call("reader_group", "GET", f"/api/chats/{chat}").json()["index_ids"] == []
+    # The group deleted: its grants go with it; spare, still a member until then, loses the index too.
+    assert w.call("spare", "GET", f"/api/indexes/{index}").status_code == 200
+    assert w.call("admin", "DELETE", f"/api/groups/{group['group']}").status_code == 204
+    assert w.call("spare", "GET", f"/api/indexes/{index}").status_code == 404
+    assert [g["subject_type"] for g in w.call("owner", "GET", grants).json()] == []
