@@ -228,8 +228,9 @@ routes = [
             status=201,
             links=each(DOCUMENT_OPS, {"id": "$request.path.id", "document_id": "$response.body#/id"}),
             also=UPLOAD_EVENTS,
-            # 415: a type the worker cannot read; 422: the file could not be converted within the limits.
-            errors=(404, 409, 415, 422, *WORKER),
+            # 415: a type the worker cannot read; 422: the file could not be converted within the limits;
+            # 429: the account already has MAX_UPLOADS_PER_USER files being indexed.
+            errors=(404, 409, 415, 422, 429, *WORKER),
             tag="indexes",
         ),
     ),
