@@ -94,11 +94,11 @@ def worker_table(store: Path, index_id: int) -> str:
         return db.execute("SELECT worker_name FROM indexes WHERE id = ?", (index_id,)).fetchone()[0]
 
 
-def log_count(path: Path, needle: str) -> int:
+def log_lines(path: Path, needle: str) -> list[str]:
     try:
-        return path.read_text(errors="replace").count(needle)
+        return [line for line in path.read_text(errors="replace").splitlines() if needle in line]
     except FileNotFoundError:
-        return 0
+        return []
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -208,8 +208,8 @@ def main() -> None:
                 f"({burst - through[-1]['outcomes'].count('ok')} failed)",
                 flush=True,
             )
-        retries = log_count(gateway.log_path, "sending it once more")
-        recovered = log_count(gateway.log_path, "but the worker indexed it")
+        retries = log_lines(gateway.log_path, "sending it once more")
+        recovered = log_lines(gateway.log_path, "but the worker indexed it")
 
     try:
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -231,9 +231,11 @@ def main() -> None:
             f"| {s['per_s']:.1f} | {s['p50']:.2f} / {s['p95']:.2f} / {s['max']:.2f} s | {s['not_once']} |"
         )
     print(
-        f"\ngateway: {retries} requests sent once more after a connection failed before any answer; "
-        f"{recovered} uploads recorded after a lost answer"
+        f"\ngateway: {len(retries)} requests sent once more after a connection failed before any answer; "
+        f"{len(recovered)} uploads recorded after a lost answer"
     )
+    for line in retries + recovered:  # what failed, as the gateway logged it
+        print("  " + line.strip()[-300:])
 
 
 if __name__ == "__main__":
