@@ -1,7 +1,7 @@
 """Every stream the gateway reads from the worker, owned here: opened (`send(request, stream=True)`), its httpx
 errors translated into the gateway's typed errors, and closed once, by whoever holds the `WorkerStream` (an
-`async with` around the reading, a `BackgroundTask(stream.aclose)` for a response relayed to the browser, or a
-`RelayedResponse`, which also gives back what the relay held however its answer ends).
+`async with` around the reading, or a `RelayedResponse` for a response relayed to the browser, which closes it and
+gives back whatever else the relay held however that answer ends).
 
 The worker's own error answers become typed errors too (`worker_error`), for streamed and plain requests alike.
 """

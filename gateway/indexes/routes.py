@@ -8,9 +8,8 @@ from pathlib import Path
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, delete, select
-from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
 from ..db import ChatIndex, Index, IndexDocument, utcnow
@@ -18,7 +17,7 @@ from ..errors import Conflict
 from ..responses import IndexFull, IndexOut, UploadedDocument
 from ..routing import WORKER, ApiRoute, Operation, each, event_stream, json_content
 from ..schemas import NAME_RE, IndexCreate, IndexUpdate
-from ..streams import WorkerNotFound
+from ..streams import RelayedResponse, WorkerNotFound
 from .names import content_disposition, worker_table_name
 from .reconcile import confirm_gone
 from .records import datasets_of, index_json, owned_document, owned_index, read_owned_index, refresh_counts
@@ -141,11 +140,12 @@ async def download_document(request: Request) -> Response:
     headers = {"Content-Disposition": content_disposition(doc.filename)}
     if "content-length" in stream.headers:
         headers["Content-Length"] = stream.headers["content-length"]
-    return StreamingResponse(
+    # The worker's stream is closed however the download ends, the browser gone before its first byte included.
+    return RelayedResponse(
         stream.raw(),
+        on_end=[stream.aclose],
         headers=headers,
         media_type=stream.headers.get("content-type", "application/octet-stream"),
-        background=BackgroundTask(stream.aclose),
     )
 
 

@@ -38,6 +38,19 @@ class Frames(httpx.AsyncByteStream):
         self.closed.append(self.added["filename"])
 
 
+class Original(httpx.AsyncByteStream):
+    """The worker's answer to a download, which notes when the gateway closes it."""
+
+    def __init__(self, closed: list[str]):
+        self.closed = closed
+
+    async def __aiter__(self):
+        yield b"# a.md\n\nText of a.md."
+
+    async def aclose(self) -> None:
+        self.closed.append("download")
+
+
 class SlowWorker:
     """Indexes each upload, the first one only once `release` is set (a long conversion, say); `fail` makes it
     answer 500 instead."""
@@ -53,6 +66,10 @@ class SlowWorker:
     async def handler(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/get_documents":
             return httpx.Response(200, json=[])
+        if request.url.path == "/get_document":
+            return httpx.Response(
+                200, stream=Original(self.closed), headers={"content-type": "text/markdown"}
+            )
         if request.url.path != "/add_document":
             return httpx.Response(404, json={"error": "no", "code": "not_found"})
         self.seen += 1
@@ -163,22 +180,15 @@ def test_an_upload_the_worker_fails_gives_its_slot_back(gateway, accept):
     assert listed(client, ann, index) == ["b.md"]
 
 
-def asgi_upload(headers: dict, index_id: int, name: str, spec_version: str) -> tuple[dict, list]:
-    """A relayed upload as the ASGI server hands it over (scope, receive) from a browser that has already gone:
-    its `send` fails at the first message as a server does for a closed connection under ASGI spec 2.4, and,
-    under 2.3 (uvicorn's), `receive` answers `http.disconnect` once the body has been read."""
-    request = httpx.Request(
-        "POST",
-        f"http://testserver/api/indexes/{index_id}/documents",
-        headers={**headers, "accept": "text/event-stream"},
-        files={"file": (name, f"# {name}\n\nText of {name}.".encode(), "text/markdown")},
-    )
+def asgi_request(request: httpx.Request) -> tuple[dict, list]:
+    """A request as the ASGI server hands it over: its scope, and the messages `receive` gives before the
+    browser's disconnect."""
     body = request.read()
     scope = {
         "type": "http",
-        "asgi": {"version": "3.0", "spec_version": spec_version},
+        "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": request.method,
         "scheme": "http",
         "path": request.url.path,
         "raw_path": request.url.raw_path,
@@ -191,15 +201,12 @@ def asgi_upload(headers: dict, index_id: int, name: str, spec_version: str) -> t
     return scope, [{"type": "http.request", "body": body, "more_body": False}]
 
 
-@pytest.mark.parametrize("spec_version", ["2.4", "2.3"])
-def test_a_relayed_upload_whose_answer_never_starts_gives_its_slot_and_the_worker_stream_back(
-    gateway, spec_version
-):
-    client, worker = gateway
-    worker.hold_first = False
-    ann = register(client, "ann")
-    index = new_index(client, ann, "Ann")
-    scope, messages = asgi_upload(ann, index, "gone.md", spec_version)
+def gone_before_the_answer(client, request: httpx.Request, spec_version: str) -> list[dict]:
+    """Run `request` through the app for a browser that has already gone: under ASGI spec 2.4 `send` fails at
+    the first message, as a server does for a closed connection; under 2.3 (uvicorn's) `receive` answers
+    `http.disconnect` once the body has been read, and what is sent is dropped. Returns what was sent."""
+    scope, messages = asgi_request(request)
+    scope["asgi"]["spec_version"] = spec_version
     sent: list[dict] = []
 
     async def receive() -> dict:
@@ -210,7 +217,7 @@ def test_a_relayed_upload_whose_answer_never_starts_gives_its_slot_and_the_worke
     async def send(message: dict) -> None:
         if spec_version == "2.4":
             raise OSError("the browser closed the connection")
-        sent.append(message)  # uvicorn (2.3) drops what it cannot send to a closed connection
+        sent.append(message)  # 2.3: uvicorn drops what it cannot send to a closed connection
 
     async def call() -> None:
         # The server sees the disconnect (ClientDisconnect, OSError) and ends the request.
@@ -218,10 +225,41 @@ def test_a_relayed_upload_whose_answer_never_starts_gives_its_slot_and_the_worke
             await client.app(scope, receive, send)
 
     client.portal.call(call)
-    assert worker.seen == 1  # the worker was asked, and its answer was never relayed
-    assert not [m for m in sent if m["type"] == "http.response.body" and b"event: done" in m.get("body", b"")]
+    return sent
+
+
+@pytest.mark.parametrize("spec_version", ["2.4", "2.3"])
+def test_a_relayed_upload_whose_answer_never_starts_gives_its_slot_and_the_worker_stream_back(
+    gateway, spec_version
+):
+    client, worker = gateway
+    worker.hold_first = False
+    ann = register(client, "ann")
+    index = new_index(client, ann, "Ann")
+    request = httpx.Request(
+        "POST",
+        f"http://testserver/api/indexes/{index}/documents",
+        headers={**ann, "accept": "text/event-stream"},
+        files={"file": ("gone.md", b"# gone.md\n\nText of gone.md.", "text/markdown")},
+    )
+    gone_before_the_answer(client, request, spec_version)
+    assert worker.seen == 1  # the worker was asked
     # The account may upload again at once, and the gateway holds no connection to the worker for it.
     again = upload(client, ann, index, "again.md", accept="text/event-stream")
     assert again.status_code == 200, again.text
     assert "event: done" in again.text
     assert "gone.md" in worker.closed
+
+
+@pytest.mark.parametrize("spec_version", ["2.4", "2.3"])
+def test_a_download_whose_answer_never_starts_gives_the_worker_stream_back(gateway, spec_version):
+    client, worker = gateway
+    worker.hold_first = False
+    ann = register(client, "ann")
+    index = new_index(client, ann, "Ann")
+    doc = upload(client, ann, index, "a.md").json()["id"]
+    request = httpx.Request(
+        "GET", f"http://testserver/api/indexes/{index}/documents/{doc}/download", headers=ann
+    )
+    gone_before_the_answer(client, request, spec_version)
+    assert worker.closed == ["download"]
