@@ -211,7 +211,20 @@ UPLOAD_FORM = {
                 "file": {"type": "string", "format": "binary", "description": "the file, with its name"},
                 "dataset": {"type": "string", "pattern": NAME_RE.pattern, "default": "default"},
             },
-        }
+        },
+        # The file part carries the file's name, whose extension decides how it is read.
+        "encoding": {
+            "file": {
+                "headers": {
+                    "Content-Disposition": {
+                        "schema": {
+                            "type": "string",
+                            "example": 'form-data; name="file"; filename="notes.txt"',
+                        }
+                    }
+                }
+            }
+        },
     }
 }
 DOCUMENT = "/api/indexes/{id:int}/documents/{document_id:int}"
@@ -297,7 +310,8 @@ routes = [
         download_document,
         Operation(
             "The original file, as an attachment",
-            answer={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            # The file's own type (text/plain for a .txt, application/pdf, ...), application/octet-stream when unknown.
+            answer={"*/*": {"schema": {"type": "string", "format": "binary"}}},
             errors=(404, *WORKER),
             tag="indexes",
         ),
