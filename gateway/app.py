@@ -25,7 +25,7 @@ from .indexes import builds, sharing
 from .indexes import routes as indexes
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
-from .quotas import TurnSlots
+from .quotas import TurnSlots, upload_slots
 from .settings import Settings
 from .turns import routes as turns
 from .web import WebFiles
@@ -69,6 +69,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             address_throttle=address_throttle,
             registrations=registrations,
             turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
+            upload_slots=upload_slots(settings.max_uploads_per_user),
         )
         # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
         sweeper = asyncio.create_task(

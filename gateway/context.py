@@ -18,7 +18,7 @@ from contract.text import lone_surrogate_at, surrogate_refusal
 from .auth import LoginThrottle, RateLimit, read_claims
 from .db import Database, User
 from .errors import BadRequest, Forbidden, NotFound, Unauthorized
-from .quotas import TurnSlots
+from .quotas import TurnSlots, upload_slots
 from .schemas import MAX_ID
 from .sessions import check_cookie_request, request_token
 from .settings import Settings
@@ -40,6 +40,8 @@ class Context:
     registrations: RateLimit = field(default_factory=lambda: RateLimit(limit=10, window_s=3600))
     # Running turns per user (MAX_TURNS_PER_USER), counted in this process.
     turn_slots: TurnSlots = field(default_factory=lambda: TurnSlots(per_user=4))
+    # Uploads being indexed per user (MAX_UPLOADS_PER_USER), counted in this process.
+    upload_slots: TurnSlots = field(default_factory=lambda: upload_slots(4))
     # Turns still being read from the worker, kept referenced so a browser disconnect cannot drop them.
     running: set[asyncio.Task] = field(default_factory=set)
     # This process's name as a turn owner (gateway/lifecycle.py), and its running turns by chat id.

@@ -1,8 +1,10 @@
-"""What one account may ask of the shared machine: running turns at once, and answer length.
+"""What one account may ask of the shared machine: running turns and uploads being indexed at once, and answer
+length.
 
-A turn holds worker threads (the embedded model's, or an Ollama slot) for as long as it runs, so one account
-with many chats open could occupy all of them. Counted in this gateway process (unlike failed logins); a
-deployment with several gateway replicas multiplies the allowance by their number.
+A turn holds worker threads (the embedded model's, or an Ollama slot) for as long as it runs, and an upload holds
+the worker's converter and embedder, so one account with many chats or files open could occupy all of them.
+Counted in this gateway process (unlike failed logins); a deployment with several gateway replicas multiplies the
+allowance by their number.
 """
 
 from __future__ import annotations
@@ -29,15 +31,20 @@ class TurnSlot:
 
 @dataclass
 class TurnSlots:
+    """Work one user has running in this process: turns (MAX_TURNS_PER_USER) or uploads (MAX_UPLOADS_PER_USER)."""
+
     per_user: int
     running: dict[int, int] = field(default_factory=dict)
+    # The 429's code, and what the user has too many of ("you already have N ...").
+    code: str = "too_many_turns"
+    what: str = "answers being written"
 
     def take(self, user_id: int) -> TurnSlot:
-        """A slot for one more running turn, or a 429 when the user already has `per_user` running."""
+        """A slot for one more running piece of work, or a 429 when the user already has `per_user` running."""
         if self.running.get(user_id, 0) >= self.per_user:
             raise TooManyRequests(
-                f"you already have {self.per_user} answers being written: wait for one to finish",
-                code="too_many_turns",
+                f"you already have {self.per_user} {self.what}: wait for one to finish",
+                code=self.code,
                 headers={"Retry-After": "5"},
             )
         self.running[user_id] = self.running.get(user_id, 0) + 1
@@ -49,6 +56,12 @@ class TurnSlots:
             self.running[user_id] = left
         else:
             self.running.pop(user_id, None)
+
+
+def upload_slots(per_user: int) -> TurnSlots:
+    """Uploads being indexed per user: taken before the body is read, given back when the worker's answer has
+    been relayed, or failed, or the browser went away before it started (`streams.RelayedResponse`)."""
+    return TurnSlots(per_user=per_user, code="too_many_uploads", what="files being indexed")
 
 
 def check_options(options: TurnOptions | None, settings: Settings) -> None:

@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     allowed_hosts: str = Field(default="", alias="GATEWAY_ALLOWED_HOSTS")
     # Turns one account may have running at once (across its chats), and the longest answer it may ask for.
     max_turns_per_user: int = Field(default=4, alias="MAX_TURNS_PER_USER", ge=1)
+    # Uploads one account may have being indexed at once (the web sends two at a time).
+    max_uploads_per_user: int = Field(default=4, alias="MAX_UPLOADS_PER_USER", ge=1)
     max_tokens: int = Field(default=2048, alias="MAX_TOKENS", ge=1, le=8192)
 
     # What the gateway sends as history: the worker refuses more than this (WORKER_API.md limits).

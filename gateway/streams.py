@@ -1,18 +1,23 @@
 """Every stream the gateway reads from the worker, owned here: opened (`send(request, stream=True)`), its httpx
 errors translated into the gateway's typed errors, and closed once, by whoever holds the `WorkerStream` (an
-`async with` around the reading, or a `BackgroundTask(stream.aclose)` for a response relayed to the browser).
+`async with` around the reading, or a `RelayedResponse` for a response relayed to the browser, which closes it and
+gives back whatever else the relay held however that answer ends).
 
 The worker's own error answers become typed errors too (`worker_error`), for streamed and plain requests alike.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit, urlunsplit
 
+import anyio
 import httpx
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from .errors import ApiError, WorkerFailed
 from .sse import Frame, read_frames
@@ -178,3 +183,32 @@ async def open_stream(
     except httpx.TransportError as exc:
         raise unreachable(worker_url, exc) from None
     return WorkerStream(resp)
+
+
+class RelayedResponse(StreamingResponse):
+    """A streamed answer relayed to the browser that holds something until it ends (an open worker stream, an
+    upload slot): `on_end` runs once the answer is over, whichever way it ends.
+
+    A `BackgroundTask` or a `finally` in the body is not enough: when the browser has gone before the first byte
+    (ASGI 2.4's failed `send`, or 2.3's disconnect cancelling the body before it starts) the body generator never
+    runs, and Starlette skips the background task on a ClientDisconnect or a cancellation. The body is closed
+    first (a generator left at a `yield` runs its `finally` now, not whenever it is collected).
+    """
+
+    def __init__(self, body: AsyncIterator[str | bytes], *, on_end: list[Callable[[], object]], **kwargs):
+        super().__init__(body, **kwargs)
+        self.on_end = on_end
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):  # a cancelled request still gives everything back
+                closing = getattr(self.body_iterator, "aclose", None)
+                for end in [closing, *self.on_end] if closing else self.on_end:
+                    try:
+                        out = end()
+                        if inspect.isawaitable(out):
+                            await out
+                    except Exception:  # one failing clean-up must not keep the others from running
+                        log.exception("cleaning up after a relayed answer failed")

@@ -8,9 +8,8 @@ from pathlib import Path
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, delete, select
-from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from .. import audit
 from ..access import EDITOR, OWNER, READER, Access, index_access, read_index, readable_indexes, require_index
@@ -20,7 +19,7 @@ from ..errors import Conflict
 from ..responses import IndexFull, IndexOut, UploadedDocument
 from ..routing import WORKER, ApiRoute, Operation, each, event_stream, json_content
 from ..schemas import NAME_RE, IndexCreate, IndexUpdate
-from ..streams import WorkerNotFound
+from ..streams import RelayedResponse, WorkerNotFound
 from .names import content_disposition, worker_table_name
 from .reconcile import confirm_gone
 from .records import datasets_of, index_json, owned_document, refresh_counts
@@ -156,11 +155,12 @@ async def download_document(request: Request) -> Response:
     headers = {"Content-Disposition": content_disposition(doc.filename)}
     if "content-length" in stream.headers:
         headers["Content-Length"] = stream.headers["content-length"]
-    return StreamingResponse(
+    # The worker's stream is closed however the download ends, the browser gone before its first byte included.
+    return RelayedResponse(
         stream.raw(),
+        on_end=[stream.aclose],
         headers=headers,
         media_type=stream.headers.get("content-type", "application/octet-stream"),
-        background=BackgroundTask(stream.aclose),
     )
 
 
@@ -237,7 +237,20 @@ UPLOAD_FORM = {
                 "file": {"type": "string", "format": "binary", "description": "the file, with its name"},
                 "dataset": {"type": "string", "pattern": NAME_RE.pattern, "default": "default"},
             },
-        }
+        },
+        # The file part carries the file's name, whose extension decides how it is read.
+        "encoding": {
+            "file": {
+                "headers": {
+                    "Content-Disposition": {
+                        "schema": {
+                            "type": "string",
+                            "example": 'form-data; name="file"; filename="notes.txt"',
+                        }
+                    }
+                }
+            }
+        },
     }
 }
 DOCUMENT = "/api/indexes/{id:int}/documents/{document_id:int}"
@@ -254,8 +267,9 @@ routes = [
             status=201,
             links=each(DOCUMENT_OPS, {"id": "$request.path.id", "document_id": "$response.body#/id"}),
             also=UPLOAD_EVENTS,
-            # 415: a type the worker cannot read; 422: the file could not be converted within the limits.
-            errors=(404, 409, 415, 422, *WORKER),
+            # 415: a type the worker cannot read; 422: the file could not be converted within the limits;
+            # 429: the account already has MAX_UPLOADS_PER_USER files being indexed.
+            errors=(404, 409, 415, 422, 429, *WORKER),
             tag="indexes",
         ),
     ),
@@ -322,7 +336,8 @@ routes = [
         download_document,
         Operation(
             "The original file, as an attachment",
-            answer={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            # The file's own type (text/plain for a .txt, application/pdf, ...), application/octet-stream when unknown.
+            answer={"*/*": {"schema": {"type": "string", "format": "binary"}}},
             errors=(404, *WORKER),
             tag="indexes",
         ),

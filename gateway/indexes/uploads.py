@@ -13,15 +13,15 @@ from collections.abc import AsyncIterator, Callable
 from sqlmodel import select
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from ..access import EDITOR, read_index, require_index
 from ..context import Context, ctx, current_user, in_thread, path_id
 from ..db import IndexDocument, utcnow
 from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from ..responses import UploadedDocument
-from ..sse import event_response, frame
-from ..streams import WorkerRefused, WorkerStreamBroken
+from ..sse import SSE_HEADERS, frame
+from ..streams import RelayedResponse, WorkerRefused, WorkerStreamBroken
 from .names import check_dataset, check_filename
 from .reconcile import indexed_anyway
 from .records import document_json, refresh_counts
@@ -45,11 +45,28 @@ async def read_upload(request: Request, c: Context) -> tuple[UploadFile, str]:
     return upload, check_dataset(dataset.strip())
 
 
-async def upload_document(request: Request) -> JSONResponse:
+async def upload_document(request: Request) -> Response:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
     # Before reading the body: an index the user may not change is a 404, not a 413.
     index = await in_thread(read_index, c, user, index_id, EDITOR)
+    # MAX_UPLOADS_PER_USER: a 429 before the body is read when the account has that many being indexed. The slot
+    # is given back when this returns or raises, or, for a relayed answer, when that answer ends however it ends.
+    slot = c.upload_slots.take(user.id)
+    try:
+        response = await _upload(request, c, user, index)
+    except BaseException:
+        slot.release()
+        raise
+    if isinstance(response, RelayedResponse):
+        response.on_end.append(slot.release)
+    else:
+        slot.release()
+    return response
+
+
+async def _upload(request: Request, c: Context, user, index) -> Response:
+    index_id = index.id
     upload, dataset = await read_upload(request, c)
     filename = check_filename(upload.filename)
     content = await upload.read()
@@ -109,7 +126,7 @@ async def relay(
     content: bytes,
     upload: UploadFile,
     record: Callable[[dict], dict],
-) -> StreamingResponse:
+) -> RelayedResponse:
     # A 4xx from the worker is raised here, as JSON.
     try:
         stream = await c.worker.add_document_stream(
@@ -122,7 +139,7 @@ async def relay(
         if result is None:
             raise
         document = await in_thread(record, result)
-        return event_response(iter_once(frame("done", document)))
+        return relayed(iter_once(frame("done", document)))
 
     async def recovered(failure: dict) -> str:
         """The `done` frame when the worker indexed the file although its stream broke, else `failure`'s error."""
@@ -168,7 +185,12 @@ async def relay(
                 {"error": "the worker's stream ended before indexing finished", "code": "interrupted"}
             )
 
-    return event_response(body())
+    # The worker's stream is closed even when the browser went before this answer started (the body never runs).
+    return relayed(body(), stream.aclose)
+
+
+def relayed(body: AsyncIterator[str], *on_end: Callable[[], object]) -> RelayedResponse:
+    return RelayedResponse(body, on_end=list(on_end), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 async def iter_once(item: str) -> AsyncIterator[str]:

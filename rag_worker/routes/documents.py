@@ -217,7 +217,8 @@ def get_datasets():
 @routes.get(
     "/get_document",
     "Download an original file (always an attachment)",
-    answer={"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    # The file's own type (text/plain for a .txt, application/pdf, ...), application/octet-stream when unknown.
+    answer={"*/*": {"schema": {"type": "string", "format": "binary"}}},
     params=(INDEX_Q, query_param("dataset", False), query_param("filename", True, FILENAME_SCHEMA)),
     errors=(400, 404),
 )

@@ -35,9 +35,10 @@ def ollama(ollama_server):
     ollama_server.reset()
 
 
-@pytest.fixture(scope="module", params=database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
-def stack(request, tmp_path_factory, ollama_server):
-    """(worker, gateway) sharing one uploads folder, as in deploy/."""
+@pytest.fixture(scope="module")
+def stack_worker(tmp_path_factory, ollama_server):
+    """The module's worker, and the folder it shares with the gateway (uploads, as in deploy/). One for both
+    databases: the worker keeps no gateway state, and each gateway's tables have names of their own."""
     tmp = tmp_path_factory.mktemp("gateway-stack")
     worker_env = {
         "OLLAMA_HOST": ollama_server.url,
@@ -45,6 +46,14 @@ def stack(request, tmp_path_factory, ollama_server):
         "TORCH_THREADS": "1",
         **OLLAMA_ENV,
     }
+    with worker_process(tmp, env=worker_env) as worker:
+        yield worker, tmp
+
+
+@pytest.fixture(scope="module", params=database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
+def stack(request, stack_worker, ollama_server):
+    """(worker, gateway) sharing one uploads folder, as in deploy/; a gateway of its own per database."""
+    worker, tmp = stack_worker
     gateway_env = {
         "MAX_UPLOAD_BYTES": str(MAX_UPLOAD_BYTES),
         "SSE_KEEPALIVE_S": "5",
@@ -53,7 +62,6 @@ def stack(request, tmp_path_factory, ollama_server):
     with contextlib.ExitStack() as stack:
         if request.param != "sqlite":
             gateway_env["DATABASE_URL"] = stack.enter_context(fresh_database(request.param))
-        worker = stack.enter_context(worker_process(tmp, env=worker_env))
         gateway = stack.enter_context(gateway_process(tmp, worker_url=worker.url, env=gateway_env))
         yield worker, gateway
 

@@ -70,7 +70,8 @@ def stack(tmp):
     assert cli.returncode == 0, cli.stdout + cli.stderr
     with (
         worker_process(tmp, env=WORKER_ENV) as worker,
-        gateway_process(tmp, worker_url=worker.url) as gateway,
+        # The load test's 20 uploads come from one account at once (MAX_UPLOADS_PER_USER defaults to 4).
+        gateway_process(tmp, worker_url=worker.url, env={"MAX_UPLOADS_PER_USER": str(UPLOADS)}) as gateway,
     ):
         yield worker, gateway
 

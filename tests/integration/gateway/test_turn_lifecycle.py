@@ -47,11 +47,20 @@ def slow(fake):
     fake.reset()
 
 
-@pytest.fixture(scope="module", params=database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
-def cluster(request, tmp_path_factory, fake):
-    """(worker, replica_a, replica_b): two gateway processes on one database."""
+@pytest.fixture(scope="module")
+def cluster_worker(tmp_path_factory, fake):
+    """The module's worker and the folder it shares with the replicas; one for both databases (the worker keeps
+    no gateway state)."""
     tmp = tmp_path_factory.mktemp("lifecycle")
     worker_env = {"OLLAMA_HOST": fake.url, "SSE_KEEPALIVE_S": "1", "TORCH_THREADS": "1", **OLLAMA_ENV}
+    with worker_process(tmp, env=worker_env) as worker:
+        yield worker, tmp
+
+
+@pytest.fixture(scope="module", params=database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
+def cluster(request, cluster_worker, fake):
+    """(worker, replica_a, replica_b): two gateway processes on one database."""
+    worker, tmp = cluster_worker
     gateway_env = {
         "SSE_KEEPALIVE_S": "5",
         "OLLAMA_HOST": fake.url,
@@ -62,7 +71,6 @@ def cluster(request, tmp_path_factory, fake):
     with contextlib.ExitStack() as stack:
         if request.param != "sqlite":
             gateway_env["DATABASE_URL"] = stack.enter_context(fresh_database(request.param))
-        worker = stack.enter_context(worker_process(tmp, env=worker_env))
         a = stack.enter_context(gateway_process(tmp, worker_url=worker.url, env=gateway_env))
         b = stack.enter_context(gateway_process(tmp, worker_url=worker.url, env=gateway_env))
         yield worker, a, b

@@ -55,29 +55,22 @@ def chat_within(worker, question: str, seconds: float) -> httpx.Response:
 
 @pytest.fixture(scope="module")
 def sql_worker(tmp_path_factory, fake_ollama_server):
-    proc = worker_in(tmp_path_factory.mktemp("sql_limits"), fake_ollama_server.url)
+    """One worker for the module, with a 2 s query limit. The endless query runs first: were the limit not to
+    stop it, the worker would stay busy and every later test would fail too, as it should."""
+    proc = worker_in(tmp_path_factory.mktemp("sql_limits"), fake_ollama_server.url, SQL_TIMEOUT_S="2")
     with proc:
         upload_tables(proc)
         yield proc
 
 
-@pytest.fixture
-def fresh_worker(tmp_path, fake_ollama_server):
-    """A worker of its own, for a test whose query may leave it busy (it is stopped after the test)."""
-    proc = worker_in(tmp_path, fake_ollama_server.url, SQL_TIMEOUT_S="2")
-    with proc:
-        upload_tables(proc)
-        yield proc
-
-
-def test_health_answers_during_an_endless_query_and_the_query_stops_at_the_limit(fresh_worker, fake_ollama):
+def test_health_answers_during_an_endless_query_and_the_query_stops_at_the_limit(sql_worker, fake_ollama):
     fake_ollama.responder = writes_sql(ENDLESS)
     outcome: dict = {}
 
     def ask():
         started = time.monotonic()
         try:
-            outcome["response"] = chat(fresh_worker, "How many numbers are there in total?", timeout=30)
+            outcome["response"] = chat(sql_worker, "How many numbers are there in total?", timeout=30)
         except httpx.HTTPError as exc:
             outcome["error"] = repr(exc)
         outcome["seconds"] = time.monotonic() - started
@@ -91,7 +84,7 @@ def test_health_answers_during_an_endless_query_and_the_query_stops_at_the_limit
     time.sleep(0.5)  # the query is running now
     started = time.monotonic()
     try:
-        probe = httpx.get(fresh_worker.url + "/health", timeout=5)
+        probe = httpx.get(sql_worker.url + "/health", timeout=5)
         health = (probe.status_code, time.monotonic() - started)
     except httpx.HTTPError as exc:
         health = (repr(exc), time.monotonic() - started)
@@ -140,15 +133,15 @@ def test_a_huge_one_row_result_is_bounded_in_bytes(sql_worker, fake_ollama):
 
 @pytest.mark.slow
 def test_a_query_that_passes_the_memory_limit_writes_nothing_under_the_working_directory(
-    fresh_worker, fake_ollama
+    sql_worker, fake_ollama
 ):
-    spill = fresh_worker.cwd / ".tmp"
+    spill = sql_worker.cwd / ".tmp"
     fake_ollama.responder = writes_sql(SPILLS)
     outcome: dict = {}
 
     def ask():
         try:
-            outcome["response"] = chat(fresh_worker, "How many distinct keys are there in total?", timeout=40)
+            outcome["response"] = chat(sql_worker, "How many distinct keys are there in total?", timeout=40)
         except httpx.HTTPError as exc:
             outcome["error"] = repr(exc)
 
