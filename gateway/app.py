@@ -13,7 +13,7 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, chats, lifecycle, meta, openapi
+from . import accounts, chats, keys_api, lifecycle, meta, openapi
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -69,6 +69,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             address_throttle=address_throttle,
             registrations=registrations,
             turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
+            key_limits=RateLimit(limit=settings.api_key_rate_limit, window_s=settings.api_key_rate_window_s),
         )
         # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
         sweeper = asyncio.create_task(
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     api_routes = [
         *accounts.routes,
+        *keys_api.routes,
         *chats.routes,
         *turns.routes,
         *builds.routes,  # before indexes: the build routes live there

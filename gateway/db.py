@@ -159,6 +159,23 @@ class LoginFailure(SQLModel, table=True):
     expires_at: float = Field(default=0.0, index=True)  # epoch seconds: the window ends, the row goes
 
 
+class ApiKey(SQLModel, table=True):
+    """A user's API key (gateway/keys.py): only the SHA-256 of its secret is stored, with the visible prefix.
+    A revoked key keeps its row (revoked_at set) so its name and use stay on record; it authenticates nothing."""
+
+    __tablename__ = "api_keys"
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=100)
+    prefix: str = Field(max_length=32)
+    secret_hash: str = Field(max_length=64, unique=True)
+    read_only: bool = Field(default=False, sa_column_kwargs={"server_default": text("false")})
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
 class SchemaMigration(SQLModel, table=True):
     __tablename__ = "schema_migrations"
     version: int = Field(primary_key=True)
@@ -251,6 +268,11 @@ def _login_failures(conn: Connection) -> None:
     LoginFailure.__table__.create(conn, checkfirst=True)
 
 
+def _api_keys(conn: Connection) -> None:
+    """API keys per user (gateway/keys.py)."""
+    ApiKey.__table__.create(conn, checkfirst=True)
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
@@ -258,6 +280,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (3, "turn lifecycle: running turn, owner, heartbeat, stop", _turn_lifecycle),
     (4, "the answer stored whole on its message", _answer_whole),
     (5, "failed logins counted in the database", _login_failures),
+    (7, "API keys per user", _api_keys),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
