@@ -42,7 +42,16 @@ class PasswordChange(Body):
 
 
 class UserUpdate(Body):
-    disabled: bool
+    """An administrator's change to an account; a field left out is left as it is (at least one is needed)."""
+
+    disabled: bool | None = None
+    is_admin: bool | None = None
+
+
+class PasswordReset(Body):
+    """An administrator sets a new password for an account (every session of it ends)."""
+
+    new_password: str = Field(min_length=8, max_length=1024)
 
 
 def _dataset_names(values: list[str] | None) -> list[str] | None:
