@@ -13,7 +13,7 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, chats, keys_api, lifecycle, meta, openapi
+from . import accounts, chats, keys_api, lifecycle, meta, openapi, v1
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -98,10 +98,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *indexes.routes,
         *meta.routes,
         *openapi.routes,
+        *v1.routes,
     ]
     routes = [
         *api_routes,
         fallback_for(api_routes),  # any other /api request: JSON 405 or 404, never the web files
+        v1.fallback,  # any other /v1 request: the same in OpenAI's shape
         # Last, so /api and /health win; the whole web/ folder (with node_modules) is served.
         Mount("/", app=WebFiles(settings.web_dir), name="web"),
     ]

@@ -29,14 +29,17 @@ REF = "#/components/schemas/{model}"
 ID_SCHEMA = {"type": "integer", "minimum": 0, "maximum": MAX_ID}
 
 
-def _path(id_names: tuple[str, ...]) -> tuple[dict, ...]:
-    return tuple({"name": n, "in": "path", "required": True, "schema": ID_SCHEMA} for n in id_names)
+def _path(id_names: tuple[str, ...], schemas: dict[str, dict] | None = None) -> tuple[dict, ...]:
+    schemas = schemas or {}
+    return tuple(
+        {"name": n, "in": "path", "required": True, "schema": schemas.get(n, ID_SCHEMA)} for n in id_names
+    )
 
 
 def _models(ops: list[Operation]) -> list[type[BaseModel]]:
     seen: dict[type[BaseModel], None] = {DocumentOut: None, ErrorBody: None}
     for op in ops:
-        for item in (op.body, op.answer):
+        for item in (op.body, op.answer, op.error):
             model = item[0] if isinstance(item, list) else item
             if isinstance(model, type) and issubclass(model, BaseModel):
                 seen[model] = None
@@ -62,7 +65,7 @@ def _operation(route: ApiRoute) -> dict:
     if op.tag:
         out["tags"] = [op.tag]
     if ids:
-        out["parameters"] = list(_path(ids))
+        out["parameters"] = list(_path(ids, op.params))
     if op.body is not None:
         # A JSON body whose fields are all optional may be left out (an empty body reads as `{}`).
         required = not isinstance(op.body, type) or _has_required(op.body)
@@ -86,7 +89,7 @@ def _operation(route: ApiRoute) -> dict:
         codes.add(401)
         codes.add(403)  # an administrator's route, or a cookie-signed change from another site's page
     for code in sorted(codes):
-        responses[str(code)] = {"description": "error", "content": _content(ErrorBody)}
+        responses[str(code)] = {"description": "error", "content": _content(op.error or ErrorBody)}
     if route.doc_path == "/health":
         responses["503"] = {"description": "a part is down", "content": _content(Health)}
     out["responses"] = responses
