@@ -6,7 +6,9 @@ import { navigate, onRoute, parseRoute } from "./router.js";
 import { currentTheme, toggleTheme } from "./theme.js";
 import { ChatList } from "./views/chatlist.js";
 import { ChatView } from "./views/chat.js";
+import { AdminUsersView } from "./views/admin_users.js";
 import { DocumentsView } from "./views/documents.js";
+import { KeysView } from "./views/keys.js";
 import { renderLogin } from "./views/login.js";
 import { SettingsView } from "./views/settings.js";
 
@@ -43,6 +45,8 @@ function route() {
   shell.closeSidebar();
   if (name === "documents") currentView = new DocumentsView(shell, id);
   else if (name === "settings") currentView = new SettingsView(shell);
+  else if (name === "keys") currentView = new KeysView(shell);
+  else if (name === "users" && session.user.is_admin) currentView = new AdminUsersView(shell);
   else currentView = new ChatView(shell, id);
   shell.chatList.setActive(name === "chats" ? id : null);
   shell.setActiveNav(name);
@@ -129,6 +133,8 @@ function ensureShell() {
       "nav",
       { class: "sidebar-nav", "aria-label": "Sections" },
       navLink("documents", "Documents", "files"),
+      navLink("keys", "API keys", "key"),
+      user.is_admin ? navLink("users", "Users", "users") : null,
       navLink("settings", "Settings", "settings"),
     ),
     h(
