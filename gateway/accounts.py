@@ -14,7 +14,7 @@ from sqlmodel import col, func, select, update
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from . import lockout
+from . import audit, lockout
 from .auth import hash_password, issue_token, verify_password
 from .context import Context, ctx, current_user, in_thread, path_id, read_json
 from .db import Database, User, iso
@@ -91,6 +91,9 @@ async def register(request: Request) -> JSONResponse:
     c.registrations.hit(f"addr:{_client(request)}", "new accounts")
     password_hash = await in_thread(hash_password, body.password)
     user = await in_thread(create_user, c.db, body.username, password_hash)
+    await in_thread(
+        record_event, c.db, user, "user.create", "user", user.id, {"username": user.username}, request
+    )
     if user.first_admin:
         from .indexes.demo import adopt_demo_index
 
@@ -124,6 +127,18 @@ async def login(request: Request) -> JSONResponse:
     user = await in_thread(load)
     ok = await in_thread(verify_password, body.password, user.password_hash if user else None)
     if not ok or user is None or user.disabled:
+        if delay:  # past the throttle's free attempts: worth an administrator's look
+            detail = {"username": body.username[:64], "delay_s": delay}
+            await in_thread(
+                record_event,
+                c.db,
+                None,
+                "auth.login_throttled",
+                "user",
+                user.id if user else "",
+                detail,
+                request,
+            )
         # A disabled account's right password stays counted as a failure, like a wrong one: same answer.
         raise Unauthorized(BAD_CREDENTIALS, code="bad_credentials")
     # This account's counter starts afresh; the address only gets this attempt back: logging into one's own
@@ -134,6 +149,15 @@ async def login(request: Request) -> JSONResponse:
 
         await adopt_demo_index(c, user.id)  # an admin made by create-admin has not met the demo yet
     return _signed_in(request, c, user, {})
+
+
+def record_event(
+    db: Database, actor: User | None, action: str, kind: str, object_id, detail: dict, request
+) -> None:
+    """One audit row in a transaction of its own (for events that change nothing else)."""
+    with db.session() as s:
+        audit.record(s, actor, action, kind, object_id, detail, audit.address_of(request))
+        s.commit()
 
 
 def revoke_tokens(db: Database, user_id: int, **values) -> User | None:
@@ -242,18 +266,31 @@ async def update_user(request: Request) -> JSONResponse:
             field="is_admin",
         )
 
+    address = audit.address_of(request)
+
     def apply() -> dict:
-        _load_user(c, user_id)
+        before = _load_user(c, user_id)
         values = {} if body.is_admin is None else {"is_admin": body.is_admin}
-        if body.disabled:
-            user = revoke_tokens(c.db, user_id, disabled=True, **values)
-        else:
-            if body.disabled is False:
-                values["disabled"] = False
-            with c.db.session() as s:
-                s.exec(update(User).where(col(User.id) == user_id).values(**values))
-                s.commit()
-                user = s.get(User, user_id)
+        with c.db.session() as s:
+            changes = update(User).where(col(User.id) == user_id)
+            if body.disabled:
+                # Disabling ends every session (the token version goes up), in the same statement.
+                changes = changes.values(token_version=User.token_version + 1, disabled=True, **values)
+            elif body.disabled is False:
+                changes = changes.values(disabled=False, **values)
+            else:
+                changes = changes.values(**values)
+            s.exec(changes)
+            who = {"username": before.username}
+            if body.disabled is not None and body.disabled != before.disabled:
+                action = "user.disable" if body.disabled else "user.enable"
+                audit.record(s, admin, action, "user", user_id, who, address)
+            if body.is_admin is not None and body.is_admin != before.is_admin:
+                audit.record(
+                    s, admin, "user.role", "user", user_id, {**who, "is_admin": body.is_admin}, address
+                )
+            s.commit()
+            user = s.get(User, user_id)
         if user is None:  # deleted meanwhile
             raise NotFound(f"no user {user_id}", code="user_not_found")
         return account_json(user)
@@ -271,9 +308,23 @@ async def reset_password(request: Request) -> JSONResponse:
             "change your own password with POST /api/auth/password (it asks for the current one)",
             code="use_password_change",
         )
-    await in_thread(_load_user, c, user_id)
+    target = await in_thread(_load_user, c, user_id)
     password_hash = await in_thread(hash_password, body.new_password)
-    user = await in_thread(revoke_tokens, c.db, user_id, password_hash=password_hash)
+    address = audit.address_of(request)
+
+    def apply() -> User | None:
+        with c.db.session() as s:
+            s.exec(
+                update(User)
+                .where(col(User.id) == user_id)
+                .values(token_version=User.token_version + 1, password_hash=password_hash)
+            )
+            detail = {"username": target.username}
+            audit.record(s, admin, "user.password_reset", "user", user_id, detail, address)
+            s.commit()
+            return s.get(User, user_id)
+
+    user = await in_thread(apply)
     if user is None:
         raise NotFound(f"no user {user_id}", code="user_not_found")
     return JSONResponse(account_json(user))

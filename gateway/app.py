@@ -13,7 +13,7 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, chats, keys_api, lifecycle, meta, openapi, v1
+from . import accounts, audit, chats, groups, keys_api, lifecycle, meta, openapi, v1
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -21,7 +21,7 @@ from .errors import HANDLERS
 from .fallback import fallback_for
 from .headers import SecurityHeaders
 from .hosts import HostCheck
-from .indexes import builds
+from .indexes import builds, sharing
 from .indexes import routes as indexes
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
@@ -96,6 +96,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *turns.routes,
         *builds.routes,  # before indexes: the build routes live there
         *indexes.routes,
+        *sharing.routes,
+        *groups.routes,
+        *audit.routes,
         *meta.routes,
         *openapi.routes,
         *v1.routes,

@@ -7,9 +7,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from . import lifecycle
+from .access import get_row, readable_documents, readable_subset, require_indexes
 from .answers import message_fields
 from .context import ctx, current_user, in_thread, path_id, read_json
-from .db import Chat, ChatIndex, Index, Message, iso, utcnow
+from .db import Chat, ChatIndex, Index, Message, User, iso, utcnow
 from .errors import NotFound
 from .responses import ChatFull, ChatSummary, MessageOut
 from .routing import ApiRoute, Operation, each
@@ -17,25 +18,14 @@ from .schemas import ChatCreate, ChatUpdate
 
 
 def owned_chat(s: Session, owner_id: int, chat_id: int) -> Chat:
-    chat = s.get(Chat, chat_id)
+    chat = get_row(s, Chat, chat_id)
     if chat is None or chat.owner_id != owner_id:
         raise NotFound(f"no chat {chat_id}", code="chat_not_found")
     return chat
 
 
-def owned_indexes(s: Session, owner_id: int, index_ids: list[int]) -> list[Index]:
-    """The indexes, in the order asked; one that is not the user's is a 404 (as if it did not exist)."""
-    ids = list(dict.fromkeys(index_ids))
-    if not ids:
-        return []
-    found = {i.id: i for i in s.exec(select(Index).where(col(Index.id).in_(ids), Index.owner_id == owner_id))}
-    missing = [i for i in ids if i not in found]
-    if missing:
-        raise NotFound(f"no index {missing[0]}", code="index_not_found", field="index_ids")
-    return [found[i] for i in ids]
-
-
 def linked_indexes(s: Session, chat_id: int) -> list[Index]:
+    """Every index linked to the chat, readable or not: callers pass it through `readable_subset`."""
     rows = s.exec(
         select(Index)
         .join(ChatIndex, col(ChatIndex.index_id) == col(Index.id))
@@ -83,12 +73,16 @@ def chat_summary(chat: Chat, index_ids: list[int]) -> dict:
     return ChatSummary(**_summary(chat, index_ids)).data()
 
 
-def chat_full(s: Session, chat: Chat) -> dict:
+def chat_full(s: Session, chat: Chat, user: User) -> dict:
+    """The chat as its user may see it now: the linked indexes they can still read, and the carried documents
+    without those of an index they can no longer read (past messages stay as they were shown)."""
     messages = s.exec(select(Message).where(Message.chat_id == chat.id).order_by(col(Message.id))).all()
+    readable = readable_subset(s, user, linked_indexes(s, chat.id))
+    documents = readable_documents(s, user, chat.documents)
     return ChatFull(
-        **_summary(chat, [i.id for i in linked_indexes(s, chat.id)]),
+        **_summary(chat, [i.id for i in readable]),
         messages=[message_json(m) for m in messages],
-        state={"history": chat.history, "documents": chat.documents, "datasets": chat.datasets},
+        state={"history": chat.history, "documents": documents, "datasets": chat.datasets},
         busy=chat.turn_started_at is not None,
     ).data()
 
@@ -105,13 +99,18 @@ async def list_chats(request: Request) -> JSONResponse:
             ).all()
             links: dict[int, list[int]] = {}
             if chats:
-                rows = s.exec(
-                    select(ChatIndex)
-                    .where(col(ChatIndex.chat_id).in_([ch.id for ch in chats]))
-                    .order_by(col(ChatIndex.index_id))
+                rows = list(
+                    s.exec(
+                        select(ChatIndex)
+                        .where(col(ChatIndex.chat_id).in_([ch.id for ch in chats]))
+                        .order_by(col(ChatIndex.index_id))
+                    )
                 )
+                linked = s.exec(select(Index).where(col(Index.id).in_({r.index_id for r in rows} or {0})))
+                readable = {i.id for i in readable_subset(s, user, linked)}
                 for row in rows:
-                    links.setdefault(row.chat_id, []).append(row.index_id)
+                    if row.index_id in readable:
+                        links.setdefault(row.chat_id, []).append(row.index_id)
             return [chat_summary(ch, links.get(ch.id, [])) for ch in chats]
 
     return JSONResponse(await in_thread(load))
@@ -123,14 +122,14 @@ async def create_chat(request: Request) -> JSONResponse:
 
     def create() -> dict:
         with c.db.session() as s:
-            indexes = owned_indexes(s, user.id, body.index_ids)
+            indexes = require_indexes(s, user, body.index_ids)
             title = body.title.strip() if body.title and body.title.strip() else None
             chat = Chat(owner_id=user.id, title=title, datasets=body.datasets)
             s.add(chat)
             s.flush()
             link_indexes(s, chat, indexes)
             s.commit()
-            return chat_full(s, chat)
+            return chat_full(s, chat, user)
 
     return JSONResponse(await in_thread(create), status_code=201)
 
@@ -146,7 +145,7 @@ async def get_chat(request: Request) -> JSONResponse:
                 s.rollback()
                 lifecycle.recover_chat(s, chat_id, c.settings.turn_lock_stale_s)
                 chat = owned_chat(s, user.id, chat_id)
-            return chat_full(s, chat)
+            return chat_full(s, chat, user)
 
     return JSONResponse(await in_thread(load))
 
@@ -164,11 +163,11 @@ async def update_chat(request: Request) -> JSONResponse:
             if "datasets" in fields:
                 chat.datasets = body.datasets or []
             if "index_ids" in fields:
-                link_indexes(s, chat, owned_indexes(s, user.id, body.index_ids or []))
+                link_indexes(s, chat, require_indexes(s, user, body.index_ids or []))
             chat.updated_at = utcnow()
             s.add(chat)
             s.commit()
-            return chat_full(s, chat)
+            return chat_full(s, chat, user)
 
     return JSONResponse(await in_thread(update))
 

@@ -159,6 +159,59 @@ class LoginFailure(SQLModel, table=True):
     expires_at: float = Field(default=0.0, index=True)  # epoch seconds: the window ends, the row goes
 
 
+class Group(SQLModel, table=True):
+    """A named set of users (admin-managed) that indexes can be shared with. `name_key` is the name lowered:
+    two groups cannot differ only by case."""
+
+    __tablename__ = "groups"
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=64)
+    name_key: str = Field(max_length=64, unique=True)
+    description: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class GroupMember(SQLModel, table=True):
+    __tablename__ = "group_members"
+    group_id: int = Field(foreign_key="groups.id", primary_key=True)
+    user_id: int = Field(foreign_key="users.id", primary_key=True, index=True)
+    added_at: datetime = Field(default_factory=utcnow)
+
+
+class IndexGrant(SQLModel, table=True):
+    """One share of an index: to a user, a group or everyone signed in (`subject_id` 0), as reader or editor.
+    The owner is `indexes.owner_id`, never a grant."""
+
+    __tablename__ = "index_grants"
+    __table_args__ = (
+        UniqueConstraint("index_id", "subject_type", "subject_id", name="uq_index_grants_subject"),
+        SqlIndex("ix_index_grants_subject", "subject_type", "subject_id"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
+    index_id: int = Field(foreign_key="indexes.id", index=True)
+    subject_type: str = Field(max_length=16)  # user | group | everyone
+    subject_id: int = 0
+    role: str = Field(max_length=16)  # reader | editor
+    created_by: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class AuditEvent(SQLModel, table=True):
+    """An append-only record: who (`actor_id`, and the name as it was), what (`action`), on which object, when
+    and from which address. No route updates or deletes a row (gateway/audit.py only inserts)."""
+
+    __tablename__ = "audit_log"
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(default_factory=utcnow, index=True)
+    actor_id: int | None = Field(default=None, index=True)
+    actor_name: str | None = Field(default=None, max_length=64)
+    action: str = Field(max_length=64, index=True)
+    object_type: str = Field(default="", max_length=32)
+    object_id: str = Field(default="", max_length=128)
+    detail: dict = json_dict_column()
+    address: str | None = Field(default=None, max_length=64)
+
+
 class ApiKey(SQLModel, table=True):
     """A user's API key (gateway/keys.py): only the SHA-256 of its secret is stored, with the visible prefix.
     A revoked key keeps its row (revoked_at set) so its name and use stay on record; it authenticates nothing."""
@@ -268,6 +321,12 @@ def _login_failures(conn: Connection) -> None:
     LoginFailure.__table__.create(conn, checkfirst=True)
 
 
+def _teams(conn: Connection) -> None:
+    """Groups, their members, index grants and the audit log. Every index keeps its owner; nothing is shared."""
+    for model in (Group, GroupMember, IndexGrant, AuditEvent):
+        model.__table__.create(conn, checkfirst=True)
+
+
 def _api_keys(conn: Connection) -> None:
     """API keys per user (gateway/keys.py)."""
     ApiKey.__table__.create(conn, checkfirst=True)
@@ -280,6 +339,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (3, "turn lifecycle: running turn, owner, heartbeat, stop", _turn_lifecycle),
     (4, "the answer stored whole on its message", _answer_whole),
     (5, "failed logins counted in the database", _login_failures),
+    (6, "teams: groups, index grants, the audit log", _teams),
     (7, "API keys per user", _api_keys),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 from contract.text import bidi_control_in
 
-from . import keys
+from . import audit, keys
 from .context import ctx, current_user, in_thread, path_id, read_json
 from .db import ApiKey, iso, utcnow
 from .errors import BadRequest, Conflict, Forbidden, NotFound
@@ -134,6 +134,7 @@ async def create_key(request: Request) -> JSONResponse:
     expires_at = parse_expiry(body.expires_at)
     secret = keys.new_secret()
     limit = c.settings.max_api_keys_per_user
+    address = audit.address_of(request)
 
     def create() -> dict:
         with c.db.session() as s:
@@ -155,6 +156,21 @@ async def create_key(request: Request) -> JSONResponse:
             )
             s.add(key)
             try:
+                s.flush()  # the key's id, for its audit row (committed together, or neither)
+                audit.record(
+                    s,
+                    user,
+                    "key.create",
+                    "key",
+                    key.id,
+                    {
+                        "name": key.name,
+                        "prefix": key.prefix,
+                        "read_only": key.read_only,
+                        "expires_at": iso(key.expires_at),
+                    },
+                    address,
+                )
                 s.commit()
             except IntegrityError:  # the same 256 random bits twice: never, but not a 500 either
                 s.rollback()
@@ -167,6 +183,7 @@ async def create_key(request: Request) -> JSONResponse:
 
 async def revoke_key(request: Request) -> Response:
     user, c, key_id = await current_user(request), ctx(request), path_id(request)
+    address, by_key = audit.address_of(request), keys.key_of(request)
 
     def revoke() -> None:
         with c.db.session() as s:
@@ -177,10 +194,13 @@ async def revoke_key(request: Request) -> Response:
                 .where(col(ApiKey.revoked_at).is_(None))
                 .values(revoked_at=utcnow())
             )
-            s.commit()
             if done.rowcount != 1:
+                s.rollback()
                 # Another user's key, a revoked one and one that never was read the same: ids reveal nothing.
                 raise NotFound(f"no API key {key_id}", code="key_not_found")
+            detail = {"by_key": by_key.id} if by_key is not None else {}
+            audit.record(s, user, "key.revoke", "key", key_id, detail, address)
+            s.commit()
 
     await in_thread(revoke)
     return Response(status_code=204)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from . import audit
 from .context import admin_user, ctx, current_user, in_thread, read_json
 from .db import SettingRow, utcnow
 from .errors import ApiError
@@ -44,7 +45,8 @@ async def get_settings(request: Request) -> JSONResponse:
 
 
 async def put_settings(request: Request) -> JSONResponse:
-    await admin_user(request)
+    admin = await admin_user(request)
+    address = audit.address_of(request)
     c = ctx(request)
     body = await read_json(request, SettingsUpdate)
     check_options(body.options, c.settings)
@@ -62,6 +64,10 @@ async def put_settings(request: Request) -> JSONResponse:
             if body.prompt_presets is not None:
                 policy.prompt_presets = body.prompt_presets
             store_policy(s, policy)
+            changed = sorted(body.model_fields_set & {"options", "allowed_models", "prompt_presets"})
+            audit.record(
+                s, admin, "settings.update", "settings", "turn_defaults", {"fields": changed}, address
+            )
             s.commit()
             return default_options(s), policy
 

@@ -66,6 +66,10 @@ def _operation(route: ApiRoute) -> dict:
         out["tags"] = [op.tag]
     if ids:
         out["parameters"] = list(_path(ids, op.params))
+    for name, (schema, description) in (op.query or {}).items():
+        out.setdefault("parameters", []).append(
+            {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+        )
     if op.body is not None:
         # A JSON body whose fields are all optional may be left out (an empty body reads as `{}`).
         required = not isinstance(op.body, type) or _has_required(op.body)

@@ -166,6 +166,14 @@ class IndexOut(Out):
     created_at: str | None
     updated_at: str | None
     datasets: list[str]
+    access: Literal["owner", "editor", "reader"] = Field(description="what the signed-in user may do with it")
+    owner_id: int
+    owner: str = Field(description="the owner's username")
+    via: Literal["owner", "direct", "group", "everyone", "admin"] = Field(
+        description="where the access comes from: the user owns it, a grant to them, a group, everyone, or "
+        "administrator rights"
+    )
+    via_group: str | None = Field(default=None, description="the group's name when `via` is group")
 
 
 class IndexFull(IndexOut):
@@ -195,3 +203,47 @@ class Health(Out):
     llm_model: str | None = None
     ollama: Literal["ok", "down", "unknown"] | None = None
     down: list[str] | None = None
+
+
+class MemberOut(Out):
+    id: int
+    username: str
+
+
+class GroupOut(Out):
+    id: int
+    name: str
+    description: str
+    created_at: str | None
+    members: list[MemberOut]
+
+
+class GrantOut(Out):
+    """One share of an index: to whom (`subject_type`, `subject_id`, `subject_name`) and the role."""
+
+    id: int
+    index_id: int
+    subject_type: Literal["user", "group", "everyone"]
+    subject_id: int | None
+    subject_name: str
+    role: Literal["reader", "editor"]
+    created_at: str | None
+
+
+class AuditOut(Out):
+    id: int
+    at: str | None
+    actor_id: int | None
+    actor_name: str | None
+    action: str
+    object_type: str
+    object_id: str
+    detail: Json
+    address: str | None
+
+
+class AuditPage(Out):
+    """One page of the audit log, newest first; `next_before` is the `before` of the next (older) page."""
+
+    events: list[AuditOut]
+    next_before: int | None

@@ -32,6 +32,8 @@ class Operation:
     # OpenAPI links from the success: {name: (operationId, {parameter: runtime expression})}, so a client (and
     # schemathesis' stateful phase) knows which ids this answer hands on.
     links: Links | None = None
+    # Optional query parameters: {name: (JSON schema, description)}.
+    query: dict[str, tuple[dict, str]] | None = None
     # The errors' body when it is not ErrorBody (/v1 answers in OpenAI's shape), and the schemas of path
     # parameters that are not row ids.
     error: type[BaseModel] | None = None

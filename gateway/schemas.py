@@ -222,3 +222,68 @@ class SettingsUpdate(Body):
 
 class StopRequest(Body):
     """`POST /api/chats/{id}/stop` takes no fields; an empty body or `{}` is fine."""
+
+
+# A group's name: letters, digits, spaces and `_ . -`, not blank (a share dialog shows it as typed).
+GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9_.\- ]{1,64}$")
+
+
+def _group_name(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError("the name contains control characters")
+    value = " ".join(value.split())
+    if not value:
+        raise ValueError("the name is empty")
+    if not GROUP_NAME_RE.fullmatch(value):
+        raise ValueError("a group name is 1 to 64 letters, digits, spaces, '_', '.' or '-'")
+    return value
+
+
+class GroupCreate(Body):
+    name: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": GROUP_NAME_RE.pattern})
+    description: str = Field(default="", max_length=2000)
+
+    _check_name = field_validator("name")(_group_name)
+
+
+class GroupUpdate(Body):
+    name: str | None = Field(
+        default=None, min_length=1, max_length=64, json_schema_extra={"pattern": GROUP_NAME_RE.pattern}
+    )
+    description: str | None = Field(default=None, max_length=2000)
+
+    _check_name = field_validator("name")(_group_name)
+
+
+UserName = Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class MemberAdd(Body):
+    """A user to add: by id or by username (exactly one)."""
+
+    user_id: RowId | None = None
+    username: UserName | None = None
+
+
+class GrantCreate(Body):
+    """Share an index: with a user (`user_id` or `username`), a group (`group_id`) or everyone signed in."""
+
+    subject_type: Literal["user", "group", "everyone"]
+    user_id: RowId | None = None
+    username: UserName | None = None
+    group_id: RowId | None = None
+    role: Literal["reader", "editor"]
+
+
+class GrantUpdate(Body):
+    role: Literal["reader", "editor"]
+
+
+class OwnerTransfer(Body):
+    """The new owner (by id or username); the previous owner keeps `previous_owner_role` access (null: none)."""
+
+    user_id: RowId | None = None
+    username: UserName | None = None
+    previous_owner_role: Literal["reader", "editor"] | None = "editor"

@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Match, Route
 
+from . import access
 from .context import ctx, current_user, in_thread, read_json
 from .db import Index, User
 from .errors import ApiError, BadRequest, NotFound, WorkerFailed, from_validation_error
@@ -55,11 +56,9 @@ RAG_PREFIX = "rag/"
 
 
 def readable_indexes(s: Session, user: User) -> list[Index]:
-    """FOR THE LEAD: the one place /v1 asks which indexes `user` may read (GET /v1/models lists them, a
-    completion may name only them). Until the teams branch's access layer (gateway/access.py) is merged this is
-    ownership alone; with it, it becomes that layer's `readable_indexes` (owned, granted directly, through a
-    group, or to everyone)."""
-    return list(s.exec(select(Index).where(Index.owner_id == user.id).order_by(col(Index.name))))
+    """The indexes `user` may read now (gateway/access.py: owned, granted directly, through a group, to
+    everyone; an administrator reads every index): GET /v1/models lists them, a completion may name only them."""
+    return [a.index for a in access.readable_indexes(s, user)]
 
 
 def model_id(index: Index) -> str:

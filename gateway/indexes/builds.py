@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..access import EDITOR, READER, read_index, require_index
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
 from ..db import Index
 from ..errors import NotFound
@@ -24,7 +25,6 @@ from ..schemas import BuildRequest
 from ..sse import Listeners, drain, event_response, frame
 from ..streams import WorkerStream, WorkerStreamBroken
 from .reconcile import sync_documents
-from .records import owned_index, read_owned_index
 
 log = logging.getLogger("gateway.builds")
 
@@ -96,7 +96,7 @@ async def start_build(request: Request) -> Response:
 
     def start() -> Index:
         with c.db.session() as s:
-            index = owned_index(s, user.id, index_id)
+            index = require_index(s, user, index_id, EDITOR)
             index.status = "building"
             s.add(index)
             s.commit()
@@ -120,7 +120,7 @@ async def start_build(request: Request) -> Response:
 async def rejoin_build(request: Request) -> Response:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
-    index = await in_thread(read_owned_index, c, user.id, index_id)
+    index = await in_thread(read_index, c, user, index_id, READER)
     handle = c.builds.get(index.id)
     if handle is not None:
         snapshot = frame("snapshot", handle.snapshot())
@@ -135,7 +135,7 @@ async def rejoin_build(request: Request) -> Response:
         while current.status == "building":
             await asyncio.sleep(POLL_S)
             try:
-                current = await in_thread(read_owned_index, c, user.id, index_id)
+                current = await in_thread(read_index, c, user, index_id, READER)
             except NotFound:
                 yield frame("error", {"error": "the index was deleted", "code": "index_not_found"})
                 return

@@ -1,4 +1,5 @@
-"""The `demo` index run_system.py builds from the project's own docs, given to the first (admin) user."""
+"""The `demo` index run_system.py builds from the project's own docs, given to the first (admin) user and
+shared with everyone signed in (as readers)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import select
 
 from ..context import Context, in_thread
-from ..db import Index
+from ..db import Index, IndexGrant
 from ..errors import ApiError
 from .reconcile import sync_documents
 
@@ -39,6 +40,8 @@ async def adopt_demo_index(c: Context, owner_id: int) -> None:
             )
             s.add(index)
             try:
+                s.flush()
+                s.add(IndexGrant(index_id=index.id, subject_type="everyone", subject_id=0, role="reader"))
                 s.commit()
             except IntegrityError:
                 return None

@@ -1,30 +1,17 @@
-"""An owner's index and document rows, their counts, and their JSON as the API answers it."""
+"""An index's document rows, their counts, and their JSON as the API answers it."""
 
 from __future__ import annotations
 
 from sqlmodel import Session, col, func, select
 
-from ..context import Context
-from ..db import Index, IndexDocument, iso, utcnow
+from ..access import Access, get_row
+from ..db import Group, Index, IndexDocument, User, iso, utcnow
 from ..errors import NotFound
 from ..responses import DocumentOut, IndexFull, IndexOut
 
 
-def owned_index(s: Session, owner_id: int, index_id: int) -> Index:
-    index = s.get(Index, index_id)
-    if index is None or index.owner_id != owner_id:
-        raise NotFound(f"no index {index_id}", code="index_not_found")
-    return index
-
-
-def read_owned_index(c: Context, owner_id: int, index_id: int) -> Index:
-    """`owned_index` in a session of its own (for `in_thread`)."""
-    with c.db.session() as s:
-        return owned_index(s, owner_id, index_id)
-
-
 def owned_document(s: Session, index: Index, document_id: int) -> IndexDocument:
-    doc = s.get(IndexDocument, document_id)
+    doc = get_row(s, IndexDocument, document_id)
     if doc is None or doc.index_id != index.id:
         raise NotFound(f"no document {document_id} in this index", code="document_not_found")
     return doc
@@ -44,8 +31,23 @@ def document_json(d: IndexDocument) -> dict:
     ).data()
 
 
-def index_json(s: Session, index: Index, with_documents: bool = False) -> dict:
+def access_json(s: Session, access: Access) -> dict:
+    """The access fields of an index's JSON: the role, the owner and where the access comes from."""
+    owner = s.get(User, access.index.owner_id)
+    group = s.get(Group, access.group_id) if access.group_id is not None else None
+    return {
+        "access": access.role,
+        "owner_id": access.index.owner_id,
+        "owner": owner.username if owner else "",
+        "via": access.source,
+        "via_group": group.name if group else None,
+    }
+
+
+def index_json(s: Session, access: Access, with_documents: bool = False) -> dict:
+    index = access.index
     data = {
+        **access_json(s, access),
         "id": index.id,
         "name": index.name,
         "description": index.description,

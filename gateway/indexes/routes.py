@@ -12,8 +12,10 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from .. import audit
+from ..access import EDITOR, OWNER, READER, Access, index_access, read_index, readable_indexes, require_index
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
-from ..db import ChatIndex, Index, IndexDocument, utcnow
+from ..db import ChatIndex, Index, IndexDocument, IndexGrant, User, utcnow
 from ..errors import Conflict
 from ..responses import IndexFull, IndexOut, UploadedDocument
 from ..routing import WORKER, ApiRoute, Operation, each, event_stream, json_content
@@ -21,7 +23,7 @@ from ..schemas import NAME_RE, IndexCreate, IndexUpdate
 from ..streams import WorkerNotFound
 from .names import content_disposition, worker_table_name
 from .reconcile import confirm_gone
-from .records import datasets_of, index_json, owned_document, owned_index, read_owned_index, refresh_counts
+from .records import datasets_of, index_json, owned_document, refresh_counts
 from .uploads import upload_document
 
 
@@ -30,8 +32,7 @@ async def list_indexes(request: Request) -> JSONResponse:
 
     def load() -> list[dict]:
         with c.db.session() as s:
-            rows = s.exec(select(Index).where(Index.owner_id == user.id).order_by(col(Index.name))).all()
-            return [index_json(s, i) for i in rows]
+            return [index_json(s, a) for a in readable_indexes(s, user)]
 
     return JSONResponse(await in_thread(load))
 
@@ -57,7 +58,7 @@ async def create_index(request: Request) -> JSONResponse:
                 raise Conflict(
                     "you already have an index with this name", code="index_exists", field="name"
                 ) from None
-            return index_json(s, index, with_documents=True)
+            return index_json(s, Access(index, OWNER, "owner"), with_documents=True)
 
     return JSONResponse(await in_thread(create), status_code=201)
 
@@ -67,7 +68,7 @@ async def get_index(request: Request) -> JSONResponse:
 
     def load() -> dict:
         with c.db.session() as s:
-            return index_json(s, owned_index(s, user.id, index_id), with_documents=True)
+            return index_json(s, index_access(s, user, index_id, READER), with_documents=True)
 
     return JSONResponse(await in_thread(load))
 
@@ -78,14 +79,15 @@ async def update_index(request: Request) -> JSONResponse:
 
     def change() -> dict:
         with c.db.session() as s:
-            index = owned_index(s, user.id, index_id)
+            access = index_access(s, user, index_id, EDITOR)
+            index = access.index
             if body.name is not None and body.name != index.name:
                 taken = s.exec(
-                    select(Index.id).where(Index.owner_id == user.id, Index.name == body.name)
+                    select(Index.id).where(Index.owner_id == index.owner_id, Index.name == body.name)
                 ).first()
                 if taken:
                     raise Conflict(
-                        "you already have an index with this name", code="index_exists", field="name"
+                        "the owner already has an index with this name", code="index_exists", field="name"
                     )
                 index.name = body.name  # the worker table keeps its name: renaming is free
             if body.description is not None:
@@ -93,7 +95,7 @@ async def update_index(request: Request) -> JSONResponse:
             index.updated_at = utcnow()
             s.add(index)
             s.commit()
-            return index_json(s, index, with_documents=True)
+            return index_json(s, access, with_documents=True)
 
     return JSONResponse(await in_thread(change))
 
@@ -107,7 +109,8 @@ def _uploads_folder(c: Context, index: Index) -> Path | None:
 async def delete_index(request: Request) -> Response:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
-    index = await in_thread(read_owned_index, c, user.id, index_id)
+    index = await in_thread(read_index, c, user, index_id, OWNER)
+    address = audit.address_of(request)
     # A table never built is fine; any other failure leaves everything as it was.
     with contextlib.suppress(WorkerNotFound):
         await c.worker.drop_index(index.worker_name)
@@ -118,24 +121,36 @@ async def delete_index(request: Request) -> Response:
             shutil.rmtree(folder, ignore_errors=True)
         with c.db.session() as s:
             s.exec(delete(ChatIndex).where(col(ChatIndex.index_id) == index.id))
+            s.exec(delete(IndexGrant).where(col(IndexGrant.index_id) == index.id))
             s.exec(delete(IndexDocument).where(col(IndexDocument.index_id) == index.id))
             s.exec(delete(Index).where(col(Index.id) == index.id))
+            audit.record(
+                s,
+                user,
+                "index.delete",
+                "index",
+                index.id,
+                {"index": index.name, "owner_id": index.owner_id, "documents": index.document_count},
+                address,
+            )
             s.commit()
 
     await in_thread(remove)
     return Response(status_code=204)
 
 
-def _load_document(c: Context, user_id: int, index_id: int, document_id: int) -> tuple[Index, IndexDocument]:
+def _load_document(
+    c: Context, user: User, index_id: int, document_id: int, need: str
+) -> tuple[Index, IndexDocument]:
     with c.db.session() as s:
-        index = owned_index(s, user_id, index_id)
+        index = require_index(s, user, index_id, need)
         return index, owned_document(s, index, document_id)
 
 
 async def download_document(request: Request) -> Response:
     user, c = await current_user(request), ctx(request)
     index, doc = await in_thread(
-        _load_document, c, user.id, path_id(request), path_id(request, "document_id")
+        _load_document, c, user, path_id(request), path_id(request, "document_id"), READER
     )
     stream = await c.worker.get_document(index.worker_name, doc.dataset, doc.filename)
     headers = {"Content-Disposition": content_disposition(doc.filename)}
@@ -152,16 +167,27 @@ async def download_document(request: Request) -> Response:
 async def delete_document(request: Request) -> Response:
     user, c = await current_user(request), ctx(request)
     index, doc = await in_thread(
-        _load_document, c, user.id, path_id(request), path_id(request, "document_id")
+        _load_document, c, user, path_id(request), path_id(request, "document_id"), EDITOR
     )
     try:
         await c.worker.delete_document(index.worker_name, doc.dataset, doc.filename)
     except WorkerNotFound:
         await confirm_gone(c, index, doc)  # the worker has nothing under this name: is it really gone?
 
+    address = audit.address_of(request)
+
     def remove() -> None:
         with c.db.session() as s:
             s.exec(delete(IndexDocument).where(col(IndexDocument.id) == doc.id))
+            audit.record(
+                s,
+                user,
+                "document.delete",
+                "document",
+                doc.id,
+                {"index_id": index.id, "index": index.name, "dataset": doc.dataset, "filename": doc.filename},
+                address,
+            )
             current = s.get(Index, index.id)
             refresh_counts(s, current, None if current.status == "building" else "auto")
             s.commit()
@@ -175,7 +201,7 @@ async def list_datasets(request: Request) -> JSONResponse:
 
     def load() -> list[str]:
         with c.db.session() as s:
-            return datasets_of(s, owned_index(s, user.id, index_id).id)
+            return datasets_of(s, require_index(s, user, index_id, READER).id)
 
     return JSONResponse(await in_thread(load))
 

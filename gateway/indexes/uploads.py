@@ -15,6 +15,7 @@ from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from ..access import EDITOR, read_index, require_index
 from ..context import Context, ctx, current_user, in_thread, path_id
 from ..db import IndexDocument, utcnow
 from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
@@ -23,7 +24,7 @@ from ..sse import event_response, frame
 from ..streams import WorkerRefused, WorkerStreamBroken
 from .names import check_dataset, check_filename
 from .reconcile import indexed_anyway
-from .records import document_json, owned_index, read_owned_index, refresh_counts
+from .records import document_json, refresh_counts
 
 log = logging.getLogger("gateway.uploads")
 
@@ -47,9 +48,8 @@ async def read_upload(request: Request, c: Context) -> tuple[UploadFile, str]:
 async def upload_document(request: Request) -> JSONResponse:
     user, c, index_id = await current_user(request), ctx(request), path_id(request)
 
-    index = await in_thread(
-        read_owned_index, c, user.id, index_id
-    )  # before reading the body: another user's index is a 404, not a 413
+    # Before reading the body: an index the user may not change is a 404, not a 413.
+    index = await in_thread(read_index, c, user, index_id, EDITOR)
     upload, dataset = await read_upload(request, c)
     filename = check_filename(upload.filename)
     content = await upload.read()
@@ -62,7 +62,7 @@ async def upload_document(request: Request) -> JSONResponse:
         # The worker's name for the file is the one both sides use from now on (list, download, delete).
         name = str(result.get("filename") or filename)
         with c.db.session() as s:
-            current = owned_index(s, user.id, index_id)
+            current = require_index(s, user, index_id, EDITOR)
             doc = s.exec(
                 select(IndexDocument).where(
                     IndexDocument.index_id == current.id,

@@ -8,6 +8,7 @@ from typing import Any
 from sqlmodel import Session, col, select, update
 
 from .. import lifecycle
+from ..access import readable_subset
 from ..chats import linked_indexes, owned_chat
 from ..context import Context
 from ..db import Chat, Index, IndexDocument, Message, SettingRow, User, utcnow
@@ -66,7 +67,9 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
         )
     with c.db.session() as s:
         chat = owned_chat(s, user.id, chat_id)
-        indexes = linked_indexes(s, chat.id)
+        # Access is checked at every turn: an index the user can no longer read is neither searched nor are
+        # its passages carried (sendable_documents keeps only documents of the indexes searched).
+        indexes = readable_subset(s, user, linked_indexes(s, chat.id))
         if body.force_rag and not indexes:
             # Well-formed, but this chat has no index to search: a conflict with its state (link one first).
             raise Conflict("force_rag needs an index linked to this chat", code="no_index", field="force_rag")

@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..access import readable_documents
 from ..context import Context, ctx, current_user, in_thread, path_id
+from ..db import User
 from ..errors import NotFound
 from ..sse import KEEPALIVE, drain, event_response, frame
 from .stored import Running, db_snapshot, end_frames, read_running
@@ -17,11 +19,21 @@ from .stored import Running, db_snapshot, end_frames, read_running
 REJOIN_POLL_S = 0.25  # how often a replica that does not own a turn reads its saves for a rejoined stream
 
 
-async def follow_database(c: Context, user_id: int, chat_id: int, first: Running) -> AsyncIterator[str]:
+def visible(c: Context, user: User, snapshot: dict) -> dict:
+    """The snapshot without passages of an index the user can no longer read."""
+    docs = snapshot.get("documents")
+    if not docs:
+        return snapshot
+    with c.db.session() as s:
+        return {**snapshot, "documents": readable_documents(s, user, docs)}
+
+
+async def follow_database(c: Context, user: User, chat_id: int, first: Running) -> AsyncIterator[str]:
     """A turn another replica owns, streamed from its periodic saves: the snapshot, then what changed."""
+    user_id = user.id
     message_id = first.message_id
     run = first
-    yield frame("snapshot", db_snapshot(run))
+    yield frame("snapshot", await in_thread(visible, c, user, db_snapshot(run)))
     assert run.message is not None
     sent_text, sent_steps, sent_docs = run.message.content, len(run.message.steps), run.message.documents
     quiet = 0.0
@@ -62,10 +74,11 @@ async def rejoin_stream(request: Request) -> Response:
     handle = c.turns.get(chat_id)
     if handle is not None and handle.task is not None and not handle.task.done():
         await in_thread(read_running, c, user.id, chat_id)  # the owner check (404)
-        snapshot = frame("snapshot", handle.snapshot())
+        taken = handle.snapshot()
         out = handle.listen()  # no await between the snapshot and listening: nothing falls in between
+        snapshot = frame("snapshot", await in_thread(visible, c, user, taken))  # the events queue meanwhile
         return event_response(drain(out, c.settings.keepalive_s, [snapshot]))
     run = await in_thread(read_running, c, user.id, chat_id)
     if run.message is None or run.message.status != "running" or not run.busy:
         return Response(status_code=204)
-    return event_response(follow_database(c, user.id, chat_id, run))
+    return event_response(follow_database(c, user, chat_id, run))

@@ -69,6 +69,12 @@ def admin(client) -> dict:
     return user
 
 
+def audit(c: TestClient, admin: dict, **filters) -> list[dict]:
+    r = c.get("/api/audit", params=filters, headers=session(admin))
+    assert r.status_code == 200, r.text
+    return r.json()["events"]
+
+
 def soon_expired_key(c: TestClient, user: dict, name: str) -> dict:
     """A key that expires a moment after it is made (a past expiry is refused), once it has expired."""
     expires = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
@@ -118,6 +124,16 @@ def test_a_key_is_shown_once_stored_hashed_used_as_a_bearer_and_revoked(client, 
     assert c.delete(f"/api/keys/{created['id']}", headers=session(alice)).status_code == 404
     r = c.get("/api/auth/me", headers=bearer("rag_" + "x" * 43))
     assert (r.status_code, r.json()["code"]) == (401, "key_invalid")
+    # Both are on the audit log, with the key's name and prefix and never its secret.
+    events = audit(c, admin, object_type="key", object_id=str(created["id"]))
+    assert [(e["action"], e["actor_name"]) for e in events] == [
+        ("key.revoke", "alice"),
+        ("key.create", "alice"),
+    ]
+    assert (
+        events[1]["detail"]["name"] == "nightly report" and events[1]["detail"]["prefix"] == created["prefix"]
+    )
+    assert secret not in str(events)
     # Logging out ends sessions, not keys (a script's key is not a browser's session).
     other = new_key(c, alice, "survives logout")
     assert c.post("/api/auth/logout", headers=session(alice)).status_code == 204
@@ -212,6 +228,15 @@ def test_a_key_acts_with_its_users_rights_as_they_are_now(client, admin) -> None
         == 200
     )
     assert c.get("/api/auth/me", headers=key).status_code == 200  # re-enabled: its keys work again
+    events = audit(c, admin, object_type="user", object_id=str(gail["id"]))
+    assert [(e["action"], e["detail"].get("is_admin")) for e in events] == [
+        ("user.enable", None),
+        ("user.disable", None),
+        ("user.role", False),
+        ("user.role", True),
+        ("user.create", None),
+    ]
+    assert {e["actor_name"] for e in events[:4]} == {"admin"}
 
 
 def test_each_key_has_its_own_request_allowance(client, admin) -> None:
@@ -263,6 +288,12 @@ def test_an_administrator_manages_accounts_and_nobody_else_sees_it(client, admin
     r = c.post("/api/users/424242/password", json={"new_password": "whoever you are"}, headers=session(admin))
     assert (r.status_code, r.json()["code"]) == (404, "user_not_found")
     assert c.get("/api/auth/me", headers=session(admin)).json()["is_admin"] is True
+    # Every change is on the audit log, by whom and to whom; the refused ones are not.
+    events = audit(c, admin, object_type="user", object_id=str(jack["id"]))
+    assert [(e["action"], e["actor_name"], e["detail"]["username"]) for e in events] == [
+        ("user.password_reset", "admin", "jack"),
+        ("user.create", "jack", "jack"),
+    ]
 
 
 # -- bad input ----------------------------------------------------------------------------------------------

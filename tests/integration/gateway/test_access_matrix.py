@@ -1,0 +1,492 @@
+"""Every `/api` route that names an index, a group or the audit log, for every kind of caller: the exact status of
+each cell, on SQLite and (TEST_DATABASE_URL) Postgres.
+
+One in-process gateway per database (the real app, its real database, no worker process: a route that passes the
+access check and then needs the worker answers 503 `worker_unavailable`, which is how a cell shows the gate let
+the caller through; the positive paths with a real worker are in test_turn_lifecycle.py's revocation scenario).
+
+The table is data: `COLUMNS` are the principals (who is asking), `ROWS` one route each with one status per
+principal. Adding a principal (an API key of some kind) means adding it to `COLUMNS`, a way to sign it in to
+`PRINCIPALS` (see `principals`) and its status to every row; `test_every_cell_is_covered` keeps the table whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from gateway.app import create_app
+from gateway.db import IndexDocument
+from gateway.settings import Settings
+from tests.integration.ops.postgres import database_urls, fresh_database
+from tests.servers import free_port
+
+PASSWORD = "a long enough passphrase"
+# Who asks. Each signs in as a user whose only link to the index under test ("the index") is the one named;
+# `reader_everyone` asks about an index shared with everyone signed in (and nothing else).
+COLUMNS = (
+    "owner",  # owns the index
+    "admin",  # an administrator, no grant
+    "editor",  # a user grant, editor
+    "reader_user",  # a user grant, reader
+    "reader_group",  # a member of a group with a reader grant
+    "reader_everyone",  # the index is shared with everyone signed in
+    "non_member",  # signed in, nothing shared with them
+    "disabled",  # had a reader grant; the account was disabled
+)
+
+W = 503  # passed the access check, then needed the worker (absent here)
+
+
+@dataclass
+class Row:
+    method: str
+    path: str  # {index} {document} {grant} {group} {member} {chat} are filled per cell
+    expect: tuple[int, ...]
+    body: dict | Callable[[], dict] | None = None
+    fresh: bool = False  # the cell changes what it acts on: each cell gets its own copy of the index
+    files: bool = False  # a multipart upload
+
+    def __post_init__(self) -> None:
+        assert len(self.expect) == len(COLUMNS), f"{self.method} {self.path}: one status per principal"
+
+
+_names = itertools.count()
+
+#       owner admin editor r_user r_group r_every non_member disabled
+ROWS = [
+    Row("GET", "/api/indexes", (200, 200, 200, 200, 200, 200, 200, 401)),
+    Row("GET", "/api/indexes/{index}", (200, 200, 200, 200, 200, 200, 404, 401)),
+    Row("GET", "/api/indexes/{index}/datasets", (200, 200, 200, 200, 200, 200, 404, 401)),
+    Row(
+        "PATCH", "/api/indexes/{index}", (200, 200, 200, 404, 404, 404, 404, 401), {"description": "changed"}
+    ),
+    Row("POST", "/api/indexes/{index}/documents", (W, W, W, 404, 404, 404, 404, 401), files=True),
+    Row("GET", "/api/indexes/{index}/documents/{document}/download", (W, W, W, W, W, W, 404, 401)),
+    Row("DELETE", "/api/indexes/{index}/documents/{document}", (W, W, W, 404, 404, 404, 404, 401)),
+    Row("GET", "/api/indexes/{index}/build", (204, 204, 204, 204, 204, 204, 404, 401)),
+    Row("POST", "/api/indexes/{index}/build", (W, W, W, 404, 404, 404, 404, 401), {}, fresh=True),
+    Row("DELETE", "/api/indexes/{index}", (W, W, 404, 404, 404, 404, 404, 401)),
+    Row("GET", "/api/indexes/{index}/grants", (200, 200, 404, 404, 404, 404, 404, 401)),
+    Row(
+        "POST",
+        "/api/indexes/{index}/grants",
+        (200, 200, 404, 404, 404, 404, 404, 401),
+        {"subject_type": "user", "username": "spare", "role": "reader"},  # spare already reads it: 200
+    ),
+    Row(
+        "PATCH",
+        "/api/indexes/{index}/grants/{grant}",
+        (200, 200, 404, 404, 404, 404, 404, 401),
+        {"role": "reader"},
+    ),
+    Row(
+        "DELETE", "/api/indexes/{index}/grants/{grant}", (204, 204, 404, 404, 404, 404, 404, 401), fresh=True
+    ),
+    Row(
+        "POST",
+        "/api/indexes/{index}/owner",
+        (200, 200, 404, 404, 404, 404, 404, 401),
+        {"username": "spare"},
+        fresh=True,
+    ),
+    Row("POST", "/api/chats", (201, 201, 201, 201, 201, 201, 404, 401), {"index_ids": ["{index}"]}),
+    Row("PATCH", "/api/chats/{chat}", (200, 200, 200, 200, 200, 200, 404, 401), {"index_ids": ["{index}"]}),
+    Row("GET", "/api/groups", (200, 200, 200, 200, 200, 200, 200, 401)),
+    Row(
+        "POST",
+        "/api/groups",
+        (403, 201, 403, 403, 403, 403, 403, 401),
+        lambda: {"name": f"team {next(_names)}"},
+    ),
+    Row("GET", "/api/groups/{group}", (404, 200, 404, 404, 200, 404, 404, 401)),
+    Row("PATCH", "/api/groups/{group}", (404, 200, 404, 404, 403, 404, 404, 401), {"description": "x"}),
+    Row(
+        "POST", "/api/groups/{group}/members", (404, 200, 404, 404, 403, 404, 404, 401), {"username": "spare"}
+    ),
+    Row(
+        "DELETE", "/api/groups/{group}/members/{member}", (404, 204, 404, 404, 403, 404, 404, 401), fresh=True
+    ),
+    Row("DELETE", "/api/groups/{group}", (404, 204, 404, 404, 403, 404, 404, 401), fresh=True),
+    Row("GET", "/api/audit", (403, 200, 403, 403, 403, 403, 403, 401)),
+]
+
+
+@dataclass
+class World:
+    """The signed-in principals and the objects the table's paths name."""
+
+    client: TestClient
+    headers: dict[str, dict] = field(default_factory=dict)
+    ids: dict[str, int] = field(default_factory=dict)  # user ids by name
+    group: int = 0
+
+    def call(self, who: str, method: str, path: str, **kw):
+        return self.client.request(method, path, headers=self.headers[who], **kw)
+
+
+def settings_for(tmp: Path, database_url: str) -> Settings:
+    return Settings(
+        INDEX_STORE=tmp / "store",
+        UPLOADS_DIR=tmp / "uploads",
+        WORKER_URL=f"http://127.0.0.1:{free_port()}",  # no worker: a call that reaches it is a 503
+        DATABASE_URL=database_url,
+        GATEWAY_ALLOWED_HOSTS="testserver",
+        REGISTER_LIMIT=100,
+        MAX_UPLOAD_BYTES=4096,
+    )
+
+
+def _register(w: World, name: str) -> None:
+    r = w.client.post("/api/auth/register", json={"username": name, "password": PASSWORD})
+    assert r.status_code == 201, r.text
+    w.client.cookies.clear()  # Bearer tokens, as a script signs in
+    w.headers[name] = {"Authorization": f"Bearer {r.json()['token']}"}
+    w.ids[name] = r.json()["user"]["id"]
+
+
+def principals(w: World) -> None:
+    """Sign every principal in (the first account is the administrator)."""
+    for name in ("admin", "owner", "editor", "reader_user", "reader_group", "reader_everyone", "non_member"):
+        _register(w, name)
+    _register(w, "disabled")
+    _register(w, "spare")  # a user the table shares with, adds to groups and transfers to
+
+
+def share(w: World, index_id: int, everyone: bool) -> None:
+    """The index as the table's principals see it: shared with each as their column says."""
+    grants = (
+        [{"subject_type": "everyone", "role": "reader"}]
+        if everyone
+        else [
+            {"subject_type": "user", "username": "editor", "role": "editor"},
+            {"subject_type": "user", "username": "reader_user", "role": "reader"},
+            {"subject_type": "group", "group_id": w.group, "role": "reader"},
+            {"subject_type": "user", "username": "disabled", "role": "reader"},
+        ]
+    )
+    for body in [*grants, {"subject_type": "user", "username": "spare", "role": "reader"}]:
+        # The owner shares with users; the group (which the owner is not in) is shared by the administrator.
+        who = "admin" if body["subject_type"] == "group" else "owner"
+        r = w.call(who, "POST", f"/api/indexes/{index_id}/grants", json=body)
+        assert r.status_code == 201, r.text
+
+
+def make_index(w: World, everyone: bool) -> dict:
+    """An index owned by `owner`, with one document row, shared as the table needs; the ids its paths name."""
+    r = w.call("owner", "POST", "/api/indexes", json={"name": f"handbook {next(_names)}"})
+    assert r.status_code == 201, r.text
+    index_id = r.json()["id"]
+    share(w, index_id, everyone)
+    with w.client.app.state.ctx.db.session() as s:  # a document the worker would have indexed
+        doc = IndexDocument(index_id=index_id, dataset="default", filename="a.md", chunks=1, bytes=3)
+        s.add(doc)
+        s.commit()
+        document = doc.id
+    grants = w.call("owner", "GET", f"/api/indexes/{index_id}/grants").json()
+    spare = next(g["id"] for g in grants if g["subject_name"] == "spare")
+    return {"index": index_id, "document": document, "grant": spare}
+
+
+def make_group(w: World) -> dict:
+    r = w.call("admin", "POST", "/api/groups", json={"name": f"readers {next(_names)}"})
+    assert r.status_code == 201, r.text
+    group = r.json()["id"]
+    for name in ("reader_group", "spare"):
+        assert (
+            w.call("admin", "POST", f"/api/groups/{group}/members", json={"username": name}).status_code
+            == 200
+        )
+    return {"group": group, "member": w.ids["spare"]}
+
+
+@pytest.fixture(scope="module", params=database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
+def world(request, tmp_path_factory):
+    with contextlib.ExitStack() as stack:
+        url = "" if request.param == "sqlite" else stack.enter_context(fresh_database(request.param))
+        client = stack.enter_context(
+            TestClient(create_app(settings_for(tmp_path_factory.mktemp("acl"), url)))
+        )
+        w = World(client)
+        principals(w)
+        w.group = make_group(w)["group"]
+        w.shared = make_index(w, everyone=False)
+        w.public = make_index(w, everyone=True)
+        w.chats = {}
+        for who in COLUMNS[:-1]:
+            w.chats[who] = w.call(who, "POST", "/api/chats", json={}).json()["id"]
+        # Disabled last: everything above it was set up while it could still sign in.
+        w.chats["disabled"] = w.call("disabled", "POST", "/api/chats", json={}).json()["id"]
+        r = w.call("admin", "PATCH", f"/api/users/{w.ids['disabled']}", json={"disabled": True})
+        assert r.status_code == 200, r.text
+        yield w
+
+
+def _fill(value, ids: dict):
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
+        return ids[value[1:-1]]
+    if isinstance(value, list):
+        return [_fill(v, ids) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, ids) for k, v in value.items()}
+    return value
+
+
+def run_cell(w: World, row: Row, who: str) -> tuple[int, dict | None, int]:
+    """(status, JSON body, the id of the index the cell asked about)."""
+    everyone = who == "reader_everyone"
+    objects = dict(w.public if everyone else w.shared)
+    if row.fresh and "{index}" in row.path:
+        objects = make_index(w, everyone)
+    group = (
+        make_group(w) if row.fresh and "{group}" in row.path else {"group": w.group, "member": w.ids["spare"]}
+    )
+    ids = {**objects, **group, "chat": w.chats[who]}
+    path = row.path.format(**ids)
+    body = row.body() if callable(row.body) else row.body
+    kw: dict = {}
+    if row.files:
+        kw["files"] = {"file": ("notes.md", b"# notes\n", "text/markdown")}
+    elif body is not None:
+        kw["json"] = _fill(body, ids)
+    r = w.call(who, row.method, path, **kw)
+    body = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
+    return r.status_code, body, objects["index"]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: f"{row.method} {row.path}")
+def test_each_route_answers_each_principal_with_its_status(world, row) -> None:
+    got = {who: run_cell(world, row, who) for who in COLUMNS}
+    statuses = tuple(got[who][0] for who in COLUMNS)
+    assert statuses == row.expect, dict(zip(COLUMNS, statuses, strict=True))
+    for who, (status, body, index_id) in got.items():
+        if status == 404 and "{index}" in row.path and "/grants/" not in row.path:
+            # A forbidden index is exactly a missing one: same body, so an id says nothing about what exists.
+            assert body == {"error": f"no index {index_id}", "code": "index_not_found"} or (
+                body.get("field") == "index_ids" and body["code"] == "index_not_found"
+            ), (who, body)
+        if status == W:
+            assert body["code"] == "worker_unavailable", (who, body)
+        if status == 401:
+            assert body["code"] == "account_disabled", (who, body)
+
+
+def test_every_cell_is_covered() -> None:
+    assert len({(r.method, r.path) for r in ROWS}) == len(ROWS)
+    assert all(len(r.expect) == len(COLUMNS) for r in ROWS)
+
+
+def test_the_index_list_says_what_each_user_may_do_and_where_it_comes_from(world) -> None:
+    w = world
+    shared, public = w.shared["index"], w.public["index"]
+
+    def listed(who: str) -> dict[int, dict]:
+        r = w.call(who, "GET", "/api/indexes")
+        assert r.status_code == 200
+        return {i["id"]: i for i in r.json()}
+
+    seen = {who: listed(who) for who in COLUMNS[:-1]}
+    expected = {
+        "owner": ("owner", "owner", None),
+        "admin": ("owner", "admin", None),
+        "editor": ("editor", "direct", None),
+        "reader_user": ("reader", "direct", None),
+        "reader_group": ("reader", "group", "readers 0"),
+    }
+    for who, (access, via, group) in expected.items():
+        row = seen[who][shared]
+        assert (row["access"], row["via"], row["via_group"]) == (access, via, group), who
+        assert (row["owner"], row["owner_id"]) == ("owner", w.ids["owner"])
+    # Shared with everyone: every signed-in user reads it, and learns who owns it; nobody else sees the other one.
+    for who in ("editor", "reader_user", "reader_group", "reader_everyone", "non_member"):
+        assert (seen[who][public]["access"], seen[who][public]["via"]) == ("reader", "everyone"), who
+    assert shared not in seen["reader_everyone"] and shared not in seen["non_member"]
+    # The owner's own list shows their indexes as owned, the administrator sees every index.
+    assert seen["owner"][public]["access"] == "owner"
+    assert set(seen["admin"]) >= set(seen["owner"])
+
+
+def test_bad_shares_and_groups_are_4xx_that_say_what_is_wrong(world) -> None:
+    w, shared = world, world.shared["index"]
+    grants = f"/api/indexes/{shared}/grants"
+    cases = [
+        (
+            {"subject_type": "user", "username": "nobody_here", "role": "reader"},
+            404,
+            "user_not_found",
+            "username",
+        ),
+        ({"subject_type": "user", "user_id": 2**62, "role": "reader"}, 404, "user_not_found", "user_id"),
+        ({"subject_type": "group", "group_id": 2**62, "role": "reader"}, 404, "group_not_found", "group_id"),
+        ({"subject_type": "user", "username": "editor", "role": "owner"}, 400, "invalid", "role"),
+        ({"subject_type": "user", "username": "editor", "role": "admin"}, 400, "invalid", "role"),
+        ({"subject_type": "robots", "role": "reader"}, 400, "invalid", "subject_type"),
+        ({"subject_type": "user", "role": "reader"}, 400, "invalid", "user_id"),
+        ({"subject_type": "user", "username": "owner", "role": "reader"}, 400, "grant_to_owner", "user_id"),
+        ({"subject_type": "everyone", "username": "x", "role": "reader"}, 400, "invalid", "subject_type"),
+        ({"subject_type": "user", "username": "x" * 65, "role": "reader"}, 400, "invalid", "username"),
+        ({"subject_type": "user", "user_id": "1", "role": "reader"}, 400, "invalid", "user_id"),
+    ]
+    for body, status, code, fieldname in cases:
+        r = w.call("owner", "POST", grants, json=body)
+        assert (r.status_code, r.json()["code"], r.json().get("field")) == (status, code, fieldname), (
+            body,
+            r.json(),
+        )
+    # A group the owner is not in is, to them, a group that does not exist.
+    r = w.call("owner", "POST", grants, json={"subject_type": "group", "group_id": w.group, "role": "reader"})
+    assert (r.status_code, r.json()["code"]) == (404, "group_not_found")
+    for raw in (
+        b"[1, 2]",
+        b"{not json",
+        b'{"subject_type": "user", "username": "\\ud800", "role": "reader"}',
+    ):
+        r = w.client.post(
+            grants, content=raw, headers={**w.headers["owner"], "Content-Type": "application/json"}
+        )
+        assert r.status_code == 400 and "error" in r.json(), raw
+    r = w.client.post(
+        grants, content=b'{"x": "' + b"a" * (2 * 1024 * 1024) + b'"}', headers=w.headers["owner"]
+    )
+    assert r.status_code == 413 and r.json()["code"] == "too_large"
+    # Nothing half-written: the grants are as the table set them.
+    names = sorted(g["subject_name"] for g in w.call("owner", "GET", grants).json())
+    assert names == sorted(["editor", "reader_user", "disabled", "spare", "readers 0"])
+
+    taken = w.call("admin", "POST", "/api/groups", json={"name": "READERS 0"})
+    assert (taken.status_code, taken.json()["code"], taken.json()["field"]) == (409, "group_exists", "name")
+    for name in ("", "   ", "a" * 65, "tab\there", "semi;colon"):
+        r = w.call("admin", "POST", "/api/groups", json={"name": name})
+        assert (r.status_code, r.json()["field"]) == (400, "name"), name
+    r = w.call("admin", "POST", f"/api/groups/{w.group}/members", json={"username": "nobody_here"})
+    assert (r.status_code, r.json()["code"]) == (404, "user_not_found")
+    r = w.call("admin", "POST", f"/api/groups/{w.group}/members", json={})
+    assert r.status_code == 400
+    r = w.call("admin", "DELETE", f"/api/groups/{w.group}/members/{w.ids['owner']}")
+    assert (r.status_code, r.json()["code"]) == (404, "member_not_found")
+
+    # Transfers: to someone who already has an index of that name, to nobody, to the owner.
+    mine = w.call("spare", "POST", "/api/indexes", json={"name": "clash"}).json()["id"]
+    theirs = w.call("owner", "POST", "/api/indexes", json={"name": "clash"}).json()["id"]
+    r = w.call("owner", "POST", f"/api/indexes/{theirs}/owner", json={"username": "spare"})
+    assert (r.status_code, r.json()["code"]) == (409, "index_exists")
+    r = w.call("owner", "POST", f"/api/indexes/{theirs}/owner", json={"username": "owner"})
+    assert (r.status_code, r.json()["code"]) == (400, "already_owner")
+    r = w.call("owner", "POST", f"/api/indexes/{theirs}/owner", json={"username": "nobody_here"})
+    assert (r.status_code, r.json()["code"]) == (404, "user_not_found")
+    assert w.call("spare", "GET", f"/api/indexes/{theirs}").status_code == 404
+    assert w.call("spare", "GET", f"/api/indexes/{mine}").json()["access"] == "owner"
+
+
+def test_a_transfer_hands_the_index_over_and_the_audit_log_tells_who_did_what(world) -> None:
+    w = world
+    index = w.call("owner", "POST", "/api/indexes", json={"name": "to hand over"}).json()["id"]
+    r = w.call("owner", "POST", f"/api/indexes/{index}/owner", json={"username": "spare"})
+    assert r.status_code == 200 and (r.json()["owner"], r.json()["access"], r.json()["via"]) == (
+        "spare",
+        "editor",
+        "direct",
+    )
+    assert w.call("spare", "GET", f"/api/indexes/{index}").json()["access"] == "owner"
+    # The previous owner is an editor now: no more sharing or deleting.
+    assert w.call("owner", "GET", f"/api/indexes/{index}/grants").status_code == 404
+    assert (
+        w.call("owner", "PATCH", f"/api/indexes/{index}", json={"description": "still mine?"}).status_code
+        == 200
+    )
+
+    page = w.call(
+        "admin", "GET", "/api/audit", params={"object_type": "index", "object_id": str(index)}
+    ).json()
+    assert [e["action"] for e in page["events"]] == ["index.transfer"]
+    [event] = page["events"]
+    assert event["actor_name"] == "owner" and event["actor_id"] == w.ids["owner"]
+    assert event["detail"]["from"] == "owner" and event["detail"]["to"] == "spare"
+    assert event["address"] == "testclient" and event["at"].endswith("Z")
+
+    # Grants, groups, the disabled account: each recorded once, newest first, paged.
+    grants = w.call("admin", "GET", "/api/audit", params={"action": "index.grant", "limit": 2}).json()
+    assert len(grants["events"]) == 2 and grants["next_before"] == grants["events"][-1]["id"]
+    older = w.call(
+        "admin",
+        "GET",
+        "/api/audit",
+        params={"action": "index.grant", "limit": 2, "before": grants["next_before"]},
+    ).json()
+    assert older["events"][0]["id"] < grants["events"][-1]["id"]
+    groups = w.call("admin", "GET", "/api/audit", params={"action": "group."}).json()["events"]
+    assert {"group.create", "group.member_add"} <= {e["action"] for e in groups}
+    mine = w.call("admin", "GET", "/api/audit", params={"actor_id": w.ids["owner"], "limit": 200}).json()[
+        "events"
+    ]
+    assert mine and all(e["actor_id"] == w.ids["owner"] for e in mine)
+    created = w.call("admin", "GET", "/api/audit", params={"action": "user.create", "limit": 200}).json()[
+        "events"
+    ]
+    assert {e["detail"]["username"] for e in created} >= set(COLUMNS)
+
+    for bad in (
+        {"limit": "0"},
+        {"limit": "201"},
+        {"before": "x"},
+        {"since": "yesterday"},
+        {"action": "a\x00"},
+    ):
+        r = w.call("admin", "GET", "/api/audit", params=bad)
+        assert r.status_code == 400 and r.json()["field"] == next(iter(bad)), bad
+    # Append-only: the API has no way to change or remove an event.
+    for method in ("PUT", "PATCH", "DELETE", "POST"):
+        assert w.call("admin", method, "/api/audit").status_code == 405
+        assert w.call("admin", method, f"/api/audit/{event['id']}").status_code in (404, 405)
+
+
+@pytest.mark.parametrize("database", database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
+def test_a_database_from_before_teams_upgrades_in_place_and_shares_nothing(tmp_path, database) -> None:
+    from sqlalchemy import inspect
+    from sqlmodel import select
+
+    from gateway.access import readable_indexes
+    from gateway.db import MIGRATIONS, SCHEMA_VERSION, Database, Index, IndexGrant, SchemaMigration, User
+
+    with contextlib.ExitStack() as stack:
+        url = (
+            f"sqlite:///{tmp_path / 'old.db'}"
+            if database == "sqlite"
+            else stack.enter_context(fresh_database(database))
+        )
+        db = Database(url)
+        stack.callback(db.dispose)
+        SchemaMigration.__table__.create(db.engine)
+        with db.engine.begin() as conn:
+            for version, name, change in MIGRATIONS[:5]:  # the schema as it was before teams
+                change(conn)
+                conn.execute(SchemaMigration.__table__.insert().values(version=version, name=name))
+        with db.session() as s:
+            alice, bob = (
+                User(username="alice", password_hash="x", is_admin=True),
+                User(username="bob", password_hash="x"),
+            )
+            s.add_all([alice, bob])
+            s.flush()
+            s.add_all([Index(owner_id=bob.id, name="notes", worker_name="u2_notes_1")])
+            s.commit()
+        assert not inspect(db.engine).has_table("index_grants")
+
+        assert db.migrate() == SCHEMA_VERSION
+        assert db.migrate() == SCHEMA_VERSION  # a second start applies nothing twice
+        for name in ("groups", "group_members", "index_grants", "audit_log"):
+            assert inspect(db.engine).has_table(name), name
+        with db.session() as s:
+            assert s.exec(select(IndexGrant)).all() == []
+            bob = s.exec(select(User).where(User.username == "bob")).one()
+            carol = User(username="carol", password_hash="x")
+            s.add(carol)
+            s.commit()
+            assert [(a.index.name, a.role) for a in readable_indexes(s, bob)] == [("notes", "owner")]
+            assert readable_indexes(s, carol) == []
