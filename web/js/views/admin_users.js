@@ -40,22 +40,18 @@ function passwordDialog(username) {
   });
 }
 
-export class AdminUsersView {
-  constructor(shell) {
-    this.shell = shell;
+/** The users panel, filling `root` (the Admin area's "Users" tab). */
+export function renderUsers(root) {
+  const panel = new UsersPanel();
+  mount(root, panel.element);
+  panel.refresh();
+}
+
+class UsersPanel {
+  constructor() {
     this.status = h("p", { class: "muted small", role: "status" });
     this.body = h("div", { class: "users-body" }, h("p", { class: "muted", text: "Loading…" }));
-    this.element = h(
-      "section",
-      { class: "page users-view", "aria-labelledby": "users-title" },
-      shell.header(h("h1", { class: "topbar-title", id: "users-title", text: "Users" })),
-      h("div", { class: "page-body" }, h("div", { class: "settings-body" }, this.status, this.body)),
-    );
-  }
-
-  start() {
-    document.title = "Users · RAG Chat";
-    this.refresh();
+    this.element = h("div", { class: "settings-body users-view" }, this.status, this.body);
   }
 
   async act(fn, done) {
@@ -156,6 +152,22 @@ export class AdminUsersView {
       ),
     );
   }
+}
 
-  destroy() {}
+/** A page of its own (`#/users`), until the Admin area takes the panel as a tab. */
+export class AdminUsersView {
+  constructor(shell) {
+    this.root = h("div", { class: "page-body" });
+    this.element = h(
+      "section",
+      { class: "page", "aria-labelledby": "users-title" },
+      shell.header(h("h1", { class: "topbar-title", id: "users-title", text: "Users" })),
+      this.root,
+    );
+  }
+
+  start() {
+    document.title = "Users · RAG Chat";
+    renderUsers(this.root);
+  }
 }
