@@ -11,6 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlmodel import select
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
@@ -482,3 +483,57 @@ def test_access_matrix(client, principals, principal) -> None:
             body_json = r.json()
             assert "error" in body_json, (method, url)
     assert not wrong, "\n".join(wrong)
+
+
+# -- migration ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("database", database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
+def test_a_database_from_before_keys_upgrades_in_place(tmp_path, database) -> None:
+    import contextlib
+
+    from sqlalchemy import inspect
+
+    from gateway.db import MIGRATIONS, SCHEMA_VERSION, Database, SchemaMigration, User
+    from gateway.keys import _load, new_secret
+
+    with contextlib.ExitStack() as stack:
+        url = (
+            f"sqlite:///{tmp_path / 'old.db'}"
+            if database == "sqlite"
+            else stack.enter_context(fresh_database(database))
+        )
+        db = Database(url)
+        stack.callback(db.dispose)
+        SchemaMigration.__table__.create(db.engine)
+        with db.engine.begin() as conn:
+            for version, name, change in [m for m in MIGRATIONS if m[0] < 7]:  # the schema before API keys
+                change(conn)
+                conn.execute(SchemaMigration.__table__.insert().values(version=version, name=name))
+        with db.session() as s:
+            s.add(User(username="old_timer", password_hash="x"))
+            s.commit()
+        assert not inspect(db.engine).has_table("api_keys")
+
+        assert db.migrate() == SCHEMA_VERSION
+        assert db.migrate() == SCHEMA_VERSION  # a second start applies nothing twice
+        assert inspect(db.engine).has_table("api_keys")
+        secret = new_secret()
+        with db.session() as s:
+            user = s.exec(select(User).where(User.username == "old_timer")).one()
+            s.add(
+                ApiKey(
+                    user_id=user.id,
+                    name="after the upgrade",
+                    prefix=secret[:12],
+                    secret_hash=secret_hash(secret),
+                )
+            )
+            s.commit()
+        key, owner = _load(db, secret_hash(secret))
+        assert (key.name, key.read_only, key.revoked_at, owner.username) == (
+            "after the upgrade",
+            False,
+            None,
+            "old_timer",
+        )
