@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, func, select, update
 from starlette.requests import Request
@@ -23,9 +23,13 @@ from .db import ApiKey, iso, utcnow
 from .errors import BadRequest, Conflict, Forbidden, NotFound
 from .responses import Out
 from .routing import ApiRoute, Operation
-from .schemas import PLAIN_NAME
 
 MAX_NAME = 100
+_DATETIME = TypeAdapter(datetime)
+# What the validator below allows, for the OpenAPI document: no control characters (DEL included), no
+# bidirectional controls, at least one character that is not white space.
+_NOT_IN_NAME = r"\x00-\x1f\x7f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+KEY_NAME = rf"^[^{_NOT_IN_NAME}]*[^{_NOT_IN_NAME}\s][^{_NOT_IN_NAME}]*$"
 
 
 class KeyCreate(BaseModel):
@@ -34,7 +38,7 @@ class KeyCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(min_length=1, max_length=MAX_NAME, json_schema_extra={"pattern": PLAIN_NAME})
+    name: str = Field(min_length=1, max_length=MAX_NAME, json_schema_extra={"pattern": KEY_NAME})
     expires_at: str | None = Field(
         default=None,
         max_length=64,
@@ -89,8 +93,10 @@ def parse_expiry(value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
-        when = datetime.fromisoformat(value.strip())
-    except ValueError:
+        if value.strip().lstrip("-").replace(".", "", 1).isdigit():
+            raise ValueError("a number, not a date")  # pydantic would read it as seconds since 1970
+        when = _DATETIME.validate_python(value.strip())  # RFC 3339 and ISO 8601 (`t`, `z`, any fraction)
+    except (ValidationError, ValueError):
         raise BadRequest(
             f"expires_at must be an ISO 8601 date and time such as 2030-01-31T00:00:00Z, not {value[:64]!r}",
             code="invalid",

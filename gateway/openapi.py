@@ -55,7 +55,10 @@ def _content(item: Any) -> dict:
 
 
 def _has_required(model: type[BaseModel]) -> bool:
-    return any(f.is_required() for f in model.model_fields.values())
+    """A body that must be sent: a required field, or (UserUpdate) one of several ones it names."""
+    extra = model.model_config.get("json_schema_extra")
+    one_of_them = isinstance(extra, dict) and any("required" in branch for branch in extra.get("anyOf", ()))
+    return one_of_them or any(f.is_required() for f in model.model_fields.values())
 
 
 def _operation(route: ApiRoute) -> dict:

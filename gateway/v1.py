@@ -44,7 +44,7 @@ from .routing import WORKER, ApiRoute, Operation
 from .schemas import DatasetName, StopSequence, TurnChoice, TurnRequest, _dataset_names
 from .sse import SSE_HEADERS
 from .streams import send_once_more, unreachable
-from .turns.plan import default_options
+from .turns.plan import default_options, trim_history
 
 log = logging.getLogger("gateway.v1")
 
@@ -186,26 +186,36 @@ async def get_model(request: Request) -> Response:
 # -- completions --------------------------------------------------------------------------------------------
 
 
+class TextPart(BaseModel):
+    """One part of a message's content: text only (images and audio are not read here)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    type: Literal["text"]
+    text: str
+
+
 class CompletionMessage(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[TextPart] | None = None
 
     @property
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
-        parts = []
-        for part in self.content:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise BadRequest(
-                    f"only text content parts are supported, not {str(part.get('type'))[:40]!r}",
-                    code="invalid_field",
-                    field="messages",
-                )
-            parts.append(part["text"])
-        return "\n".join(parts)
+        return "\n".join(part.text for part in self.content)
+
+
+# At least one user message with text: the last such is the question.
+ASKS = {
+    "contains": {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {"role": {"const": "user"}, "content": {"type": "string", "pattern": r"\S"}},
+    }
+}
 
 
 class CompletionRequest(BaseModel):
@@ -216,7 +226,7 @@ class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str = Field(min_length=1, max_length=200)
-    messages: list[CompletionMessage] = Field(min_length=1, max_length=1000)
+    messages: list[CompletionMessage] = Field(min_length=1, max_length=1000, json_schema_extra=ASKS)
     stream: bool = False
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     max_tokens: int | None = Field(default=None, ge=1)
@@ -229,16 +239,19 @@ class CompletionRequest(BaseModel):
     _check_datasets = field_validator("datasets")(_dataset_names)
 
 
-def _question(c, body: CompletionRequest) -> str:
-    """The last user message (the question), within this server's limits for a message and a history."""
-    asked = [m for m in body.messages if m.role == "user"]
-    question = asked[-1].text if asked else ""
-    if not question.strip():
+def _conversation(c, body: CompletionRequest) -> tuple[str, list[dict]]:
+    """The question (the last user message with text, within MAX_MESSAGE_CHARS) and the messages the worker gets:
+    empty user messages left out (they say nothing), the ones before the question trimmed to what the worker
+    takes (MAX_HISTORY_MESSAGES, MAX_HISTORY_CHARS; the oldest go first), as for a web turn."""
+    said = [m for m in body.messages if m.role != "user" or m.text.strip()]
+    at = max((i for i, m in enumerate(said) if m.role == "user"), default=-1)
+    if at < 0:
         raise BadRequest(
             "the conversation needs a user message with text: the last one is the question",
             code="invalid_field",
             field="messages",
         )
+    question = said[at].text
     settings = c.settings
     if len(question) > settings.max_message_chars:
         raise BadRequest(
@@ -246,19 +259,9 @@ def _question(c, body: CompletionRequest) -> str:
             code="too_long",
             field="messages",
         )
-    if len(body.messages) > settings.max_history_messages + 1:
-        raise BadRequest(
-            f"the conversation has more than {settings.max_history_messages} earlier messages",
-            code="too_long",
-            field="messages",
-        )
-    if sum(len(m.text) for m in body.messages) > settings.max_history_chars + settings.max_message_chars:
-        raise BadRequest(
-            f"the conversation is longer than {settings.max_history_chars} characters",
-            code="too_long",
-            field="messages",
-        )
-    return question
+    dumped = [m.model_dump(exclude_none=True) for m in said]
+    before = trim_history(dumped[:at], settings.max_history_messages, settings.max_history_chars)
+    return question, [*before, *dumped[at:]]
 
 
 def _resolve(c, user: User, model: str) -> tuple[Index | None, dict]:
@@ -275,14 +278,15 @@ def _resolve(c, user: User, model: str) -> tuple[Index | None, dict]:
     raise model_not_found(model)
 
 
-def _options(body: CompletionRequest) -> TurnChoice:
-    """The request's generation settings folded into a turn's options (OpenAI's top-level fields win)."""
+def _options(c, body: CompletionRequest) -> TurnChoice:
+    """The request's generation settings folded into a turn's options (OpenAI's top-level fields win). OpenAI's
+    `max_tokens` is an upper bound: one above this server's MAX_TOKENS is that (clients send large ones)."""
     update: dict[str, Any] = {}
     if body.temperature is not None:
         update["temperature"] = body.temperature
     limit = body.max_completion_tokens or body.max_tokens
     if limit is not None:
-        update["max_tokens"] = limit
+        update["max_tokens"] = min(limit, c.settings.max_tokens)
     if body.stop is not None:
         update["stop"] = [body.stop] if isinstance(body.stop, str) else body.stop
     options = body.options or TurnChoice()
@@ -296,9 +300,9 @@ def _options(body: CompletionRequest) -> TurnChoice:
 async def chat_completions(request: Request) -> Response:
     user, c = await current_user(request), ctx(request)
     body = await read_json(request, CompletionRequest)
-    question = _question(c, body)
+    question, messages = _conversation(c, body)
     # The same checks as a web turn's: this server's limits, the models and prompts an administrator allows.
-    turn = await allowed_turn(c, user, TurnRequest(message=question, options=_options(body)))
+    turn = await allowed_turn(c, user, TurnRequest(message=question, options=_options(c, body)))
     index, defaults = await in_thread(_resolve, c, user, body.model)
     route, _reason = should_use_rag(question, force_rag=False, has_indexes=index is not None)
     options = {**defaults, **(turn.options.as_options() if turn.options else {})}
@@ -306,7 +310,7 @@ async def chat_completions(request: Request) -> Response:
     options["route"] = "direct" if route == "direct" else "auto"
     payload: dict[str, Any] = {
         "model": model_id(index) if index is not None else DIRECT,
-        "messages": [m.model_dump(exclude_none=True) for m in body.messages],
+        "messages": messages,
         "stream": body.stream,
         "datasets": body.datasets,
         "options": options,

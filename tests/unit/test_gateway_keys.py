@@ -369,7 +369,7 @@ def test_bad_input_on_the_new_routes_is_a_4xx_that_says_what_and_stores_nothing(
         json.dumps({"model": "m" * 201, "messages": question}).encode(),
         json.dumps({"model": "direct", "messages": question, "n": 2}).encode(),
         json.dumps({"model": "direct", "messages": question, "temperature": 9}).encode(),
-        json.dumps({"model": "direct", "messages": question, "max_tokens": 100000}).encode(),
+        json.dumps({"model": "direct", "messages": question, "max_tokens": 0}).encode(),
         json.dumps({"model": "direct", "messages": question, "datasets": ["../etc"]}).encode(),
         json.dumps({"model": "direct", "messages": question, "options": {"shell": "rm"}}).encode(),
         json.dumps(
@@ -537,3 +537,23 @@ def test_a_database_from_before_keys_upgrades_in_place(tmp_path, database) -> No
             None,
             "old_timer",
         )
+
+
+def test_a_long_conversation_reaches_the_worker_trimmed_oldest_first_with_its_question(tmp_path) -> None:
+    """What /v1 sends the worker for a conversation past MAX_HISTORY_MESSAGES: the newest messages before the
+    question, the question itself, nothing empty (a web turn's history is trimmed the same way)."""
+    from types import SimpleNamespace
+
+    from gateway.v1 import CompletionRequest, _conversation
+
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"} for i in range(300)]
+    body = CompletionRequest.model_validate(
+        {
+            "model": "direct",
+            "messages": [*turns, {"role": "user", "content": "the question"}, {"role": "user"}],
+        }
+    )
+    c = SimpleNamespace(settings=make_settings(tmp_path, MAX_HISTORY_MESSAGES=10))
+    question, messages = _conversation(c, body)
+    assert question == "the question"
+    assert [m["content"] for m in messages] == [f"message {i}" for i in range(290, 300)] + ["the question"]
