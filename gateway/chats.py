@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from . import lifecycle
-from .access import get_row, readable_documents, readable_subset, require_indexes
+from .access import get_row, readable_documents, readable_subset, readable_worker_names, require_indexes
 from .answers import message_fields
 from .context import ctx, current_user, in_thread, path_id, read_json
 from .db import Chat, ChatIndex, Index, Message, User, iso, utcnow
@@ -73,6 +73,34 @@ def chat_summary(chat: Chat, index_ids: list[int]) -> dict:
     return ChatSummary(**_summary(chat, index_ids)).data()
 
 
+def _drawn_from(messages: list[Message]) -> set[str]:
+    """The worker tables (`index`) the chat's answers took passages from."""
+    names: set[str] = set()
+    for m in messages:
+        for d in [*((m.answer or {}).get("documents") or []), *(m.documents or [])]:
+            if isinstance(d, dict) and d.get("index"):
+                names.add(str(d["index"]))
+    return names
+
+
+def carried_history(s: Session, user: User, chat: Chat, messages: list[Message] | None = None) -> list:
+    """The chat's history as it may be shown and sent on now. The worker keeps each turn's passages in it as a
+    `system` message; when any index the chat's answers drew from is no longer readable, those messages go
+    (the documents still readable are carried separately, and re-sent by the worker), so nothing of a revoked
+    index reaches the worker or the page. The user's and assistant's messages stay as they were shown."""
+    history = list(chat.history or [])
+    if not any(isinstance(m, dict) and m.get("role") == "system" for m in history):
+        return history
+    if messages is None:
+        messages = list(s.exec(select(Message).where(Message.chat_id == chat.id)))
+    drawn = _drawn_from(messages) | {
+        str(d["index"]) for d in chat.documents or [] if isinstance(d, dict) and d.get("index")
+    }
+    if drawn <= readable_worker_names(s, user, drawn):
+        return history
+    return [m for m in history if not (isinstance(m, dict) and m.get("role") == "system")]
+
+
 def chat_full(s: Session, chat: Chat, user: User) -> dict:
     """The chat as its user may see it now: the linked indexes they can still read, and the carried documents
     without those of an index they can no longer read (past messages stay as they were shown)."""
@@ -82,7 +110,11 @@ def chat_full(s: Session, chat: Chat, user: User) -> dict:
     return ChatFull(
         **_summary(chat, [i.id for i in readable]),
         messages=[message_json(m) for m in messages],
-        state={"history": chat.history, "documents": documents, "datasets": chat.datasets},
+        state={
+            "history": carried_history(s, user, chat, list(messages)),
+            "documents": documents,
+            "datasets": chat.datasets,
+        },
         busy=chat.turn_started_at is not None,
     ).data()
 

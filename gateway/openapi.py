@@ -75,7 +75,10 @@ def _operation(route: ApiRoute) -> dict:
         )
     if op.body is not None:
         # A JSON body whose fields are all optional may be left out (an empty body reads as `{}`).
-        required = not isinstance(op.body, type) or _has_required(op.body)
+        # One that must name one of its fields (oneOf) is required as well.
+        required = (
+            not isinstance(op.body, type) or _has_required(op.body) or "oneOf" in op.body.model_json_schema()
+        )
         out["requestBody"] = {"required": required, "content": _content(op.body)}
     ok: dict[str, Any] = {"description": "success"}
     if op.answer is not None:

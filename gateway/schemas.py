@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # For the OpenAPI document (gateway/openapi.py): rules the validators below enforce with friendlier messages.
@@ -267,23 +275,85 @@ class GroupUpdate(Body):
     _check_name = field_validator("name")(_group_name)
 
 
-UserName = Annotated[str, Field(min_length=1, max_length=64)]
+# Optional ids and names of a share or a membership: left out when not given, never `null` (the schema's
+# oneOf says which one a body names, so a null would make a body valid in one reading and not in the other).
+def _no_default(schema: dict) -> None:
+    schema.pop("default", None)
+
+
+OptionalId = Annotated[
+    int | None,
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_ID}),
+    Field(ge=1, le=MAX_ID, json_schema_extra=_no_default),
+]
+OptionalName = Annotated[
+    str | None,
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 64}),
+    Field(min_length=1, max_length=64, json_schema_extra=_no_default),
+]
+SUBJECT_FIELDS = ("user_id", "username", "group_id")
+
+
+def _no_nulls(data: Any) -> Any:
+    if isinstance(data, dict):
+        for name in SUBJECT_FIELDS:
+            if name in data and data[name] is None:
+                raise ValueError(f"{name} must not be null: leave it out")
+    return data
+
+
+# Exactly one of `user_id` and `username` (the routes check it too, with a 400 that says so).
+ONE_USER = {"oneOf": [{"required": ["user_id"]}, {"required": ["username"]}]}
 
 
 class MemberAdd(Body):
     """A user to add: by id or by username (exactly one)."""
 
-    user_id: RowId | None = None
-    username: UserName | None = None
+    model_config = ConfigDict(json_schema_extra=ONE_USER)
+
+    user_id: OptionalId = None
+    username: OptionalName = None
+
+    _no_nulls = model_validator(mode="before")(_no_nulls)
+
+
+def _grant_schema(schema: dict) -> None:
+    """The subjects a grant names, for the OpenAPI document: a user by id or name, a group by id, or everyone."""
+    none_of = lambda *names: [{"not": {"required": [n]}} for n in names]  # noqa: E731
+    schema["oneOf"] = [
+        {
+            "properties": {"subject_type": {"const": "user"}},
+            "required": ["user_id"],
+            "allOf": none_of("username", "group_id"),
+        },
+        {
+            "properties": {"subject_type": {"const": "user"}},
+            "required": ["username"],
+            "allOf": none_of("user_id", "group_id"),
+        },
+        {
+            "properties": {"subject_type": {"const": "group"}},
+            "required": ["group_id"],
+            "allOf": none_of("user_id", "username"),
+        },
+        {
+            "properties": {"subject_type": {"const": "everyone"}},
+            "allOf": none_of("user_id", "username", "group_id"),
+        },
+    ]
 
 
 class GrantCreate(Body):
     """Share an index: with a user (`user_id` or `username`), a group (`group_id`) or everyone signed in."""
 
+    model_config = ConfigDict(json_schema_extra=_grant_schema)
+
     subject_type: Literal["user", "group", "everyone"]
-    user_id: RowId | None = None
-    username: UserName | None = None
-    group_id: RowId | None = None
+    user_id: OptionalId = None
+    username: OptionalName = None
+
+    _no_nulls = model_validator(mode="before")(_no_nulls)
+    group_id: OptionalId = None
     role: Literal["reader", "editor"]
 
 
@@ -294,6 +364,10 @@ class GrantUpdate(Body):
 class OwnerTransfer(Body):
     """The new owner (by id or username); the previous owner keeps `previous_owner_role` access (null: none)."""
 
-    user_id: RowId | None = None
-    username: UserName | None = None
+    model_config = ConfigDict(json_schema_extra=ONE_USER)
+
+    user_id: OptionalId = None
+    username: OptionalName = None
+
+    _no_nulls = model_validator(mode="before")(_no_nulls)
     previous_owner_role: Literal["reader", "editor"] | None = "editor"

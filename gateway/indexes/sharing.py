@@ -70,7 +70,7 @@ def _subject(s: Session, actor: User, index: Index, body: GrantCreate) -> tuple[
         raise BadRequest("a grant to a user names no group", code="invalid", field="group_id")
     user = find_user(s, body.user_id, body.username)
     if user.id == index.owner_id:
-        raise BadRequest(
+        raise Conflict(
             "the owner already has every right on this index", code="grant_to_owner", field="user_id"
         )
     return "user", user.id, user.username
@@ -221,10 +221,10 @@ async def transfer_index(request: Request) -> JSONResponse:
             index = require_index(s, user, index_id, OWNER)
             new_owner = find_user(s, body.user_id, body.username)
             if new_owner.disabled:
-                raise BadRequest("this account is disabled", code="user_disabled", field="user_id")
+                raise Conflict("this account is disabled", code="user_disabled", field="user_id")
             previous = index.owner_id
             if new_owner.id == previous:
-                raise BadRequest("they already own this index", code="already_owner", field="user_id")
+                raise Conflict("they already own this index", code="already_owner", field="user_id")
             clash = s.exec(
                 select(Index.id).where(Index.owner_id == new_owner.id, Index.name == index.name)
             ).first()

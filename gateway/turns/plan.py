@@ -9,7 +9,7 @@ from sqlmodel import Session, col, select, update
 
 from .. import lifecycle
 from ..access import readable_subset
-from ..chats import linked_indexes, owned_chat
+from ..chats import carried_history, linked_indexes, owned_chat
 from ..context import Context
 from ..db import Chat, Index, IndexDocument, Message, SettingRow, User, utcnow
 from ..errors import BadRequest, Conflict
@@ -68,14 +68,16 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
     with c.db.session() as s:
         chat = owned_chat(s, user.id, chat_id)
         # Access is checked at every turn: an index the user can no longer read is neither searched nor are
-        # its passages carried (sendable_documents keeps only documents of the indexes searched).
-        indexes = readable_subset(s, user, linked_indexes(s, chat.id))
+        # its passages carried (sendable_documents keeps only documents of the indexes searched). An index
+        # with no documents (none uploaded yet, or a first build that failed) may have no worker table: there
+        # is nothing to search in it.
+        indexes = [i for i in readable_subset(s, user, linked_indexes(s, chat.id)) if i.document_count > 0]
         if body.force_rag and not indexes:
             # Well-formed, but this chat has no index to search: a conflict with its state (link one first).
             raise Conflict("force_rag needs an index linked to this chat", code="no_index", field="force_rag")
         route, reason = should_use_rag(body.message, force_rag=body.force_rag, has_indexes=bool(indexes))
         datasets = body.datasets if body.datasets is not None else list(chat.datasets)
-        payload = worker_payload(s, c, chat, indexes, body, route, datasets)
+        payload = worker_payload(s, c, chat, indexes, body, route, datasets, carried_history(s, user, chat))
         now = utcnow()
         take_lock(s, c, chat.id, now)
         # A turn whose owner died without a trace of it in the lock (taken over just now) is interrupted.
@@ -105,9 +107,11 @@ def worker_payload(
     body: TurnRequest,
     route: str,
     datasets: list[str],
+    history: list,
 ) -> dict[str, Any]:
-    """The worker's /chat_stream request: the turn defaults with the turn's own options, the history that fits,
-    the documents still searchable, the scope."""
+    """The worker's /chat_stream request: the turn defaults with the turn's own options, the history that fits
+    (`history`: chats.carried_history, without the passages of an index the user can no longer read), the
+    documents still searchable, the scope."""
     settings = c.settings
     options = default_options(s)
     if body.options is not None:
@@ -115,7 +119,7 @@ def worker_payload(
     options["route"] = "rag" if body.force_rag else ("direct" if route == "direct" else "auto")
     payload: dict[str, Any] = {
         "prompt": body.message,
-        "history": trim_history(chat.history, settings.max_history_messages, settings.max_history_chars),
+        "history": trim_history(history, settings.max_history_messages, settings.max_history_chars),
         "docs": sendable_documents(s, chat, indexes),
         "datasets": datasets,
         "options": options,

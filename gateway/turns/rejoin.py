@@ -21,11 +21,19 @@ REJOIN_POLL_S = 0.25  # how often a replica that does not own a turn reads its s
 
 def visible(c: Context, user: User, snapshot: dict) -> dict:
     """The snapshot without passages of an index the user can no longer read."""
-    docs = snapshot.get("documents")
-    if not docs:
+    docs, done = snapshot.get("documents"), snapshot.get("done")
+    if not docs and not done:
         return snapshot
     with c.db.session() as s:
-        return {**snapshot, "documents": readable_documents(s, user, docs)}
+        shown = {**snapshot, "documents": readable_documents(s, user, docs) if docs else docs}
+        if isinstance(done, dict) and done.get("documents"):
+            kept = readable_documents(s, user, done["documents"])
+            if len(kept) != len(
+                done["documents"]
+            ):  # an index was revoked: its passages leave the history too
+                history = [m for m in done.get("history") or [] if m.get("role") != "system"]
+                shown["done"] = {**done, "documents": kept, "history": history}
+        return shown
 
 
 async def follow_database(c: Context, user: User, chat_id: int, first: Running) -> AsyncIterator[str]:

@@ -1,4 +1,4 @@
-"""The API keys page and the administrator's users page in a real browser. A user creates a key and sees its
+"""The API keys page and the Admin area's Users tab in a real browser. A user creates a key and sees its
 secret once (copied with the button), it works on /v1/models, it is gone from the page after, and once revoked
 it no longer works; the administrator makes another account an admin, resets its password and disables it.
 
@@ -104,7 +104,8 @@ def test_the_administrator_manages_users_on_their_page(page: Page, stack):
         f"{stack}/api/auth/register", json={"username": "newcomer", "password": PASSWORD}, timeout=30
     )
     assert r.status_code == 201
-    page.get_by_role("link", name="Users").click()
+    page.get_by_role("link", name="Admin").click()
+    page.get_by_role("tab", name="Users").click()
     row = page.locator(".users-table tbody tr[data-username='newcomer']")
     expect(row.locator(".account-role")).to_have_text("user")
 

@@ -198,3 +198,83 @@ def test_a_scanned_upload_shows_each_page_as_ocr_reads_it(page: Page, tmp_path):
     reading = [s for s in shown if s.startswith("Reading scanned page")]
     assert reading == [f"Reading scanned page {n} of 3…" for n in (1, 2, 3)], shown
     assert shown.index("Converting…") < shown.index(reading[0]) < shown.index("Splitting into passages…")
+
+
+def test_the_admin_shares_an_index_with_a_group_and_a_member_asks_it_but_cannot_change_it(
+    page: Page, browser, stack, console
+):
+    """Teams: the administrator (this story's first account) puts a member in a group and shares "birds" with it;
+    the member finds it under "Shared with me" with its owner, asks it and gets a cited answer, sees no upload or
+    delete control; the admin's audit log shows the share."""
+    import httpx
+
+    from tests.e2e.conftest import CSP_REPORTER
+
+    with httpx.Client(base_url=stack, timeout=60) as client:
+        r = client.post("/api/auth/register", json={"username": "member1", "password": PASSWORD})
+        assert r.status_code == 201, r.text
+
+    page.goto("/#/admin/groups")
+    page.locator("#new-group-name").fill("support")
+    page.get_by_role("button", name="Create group").click()
+    card = page.locator(".group-card[data-group='support']")
+    card.get_by_label("Add a member to support").fill("member1")
+    card.get_by_role("button", name="Add member").click()
+    expect(card.locator(".member[data-member='member1']")).to_be_visible()
+
+    page.get_by_role("link", name="Documents").click()
+    page.locator(".index-link", has_text="birds").click()
+    expect(page.locator(".index-title")).to_have_text("birds")
+    page.get_by_role("button", name="Share").click()
+    dialog = page.locator("dialog.modal")
+    dialog.locator("#share-kind").select_option("group")
+    dialog.locator("#share-group").select_option(label="support")
+    dialog.get_by_role("button", name="Share", exact=True).click()
+    expect(dialog.locator(".grant-row[data-subject='support']")).to_be_visible()
+    dialog.get_by_role("button", name="Done").click()
+
+    context = browser.new_context(viewport={"width": 1280, "height": 860}, base_url=stack)
+    context.add_init_script(CSP_REPORTER)
+    member = context.new_page()
+    member.set_default_timeout(60_000)
+    console.watch(member)
+    try:
+        member.goto("/")
+        member.get_by_label("Username").fill("member1")
+        member.get_by_label("Password").fill(PASSWORD)
+        member.get_by_role("button", name="Sign in").click()
+        expect(member.locator(".user-name")).to_have_text("member1")
+        expect(member.get_by_role("link", name="Admin")).to_have_count(0)
+
+        member.get_by_role("link", name="Documents").click()
+        expect(member.locator(".pane-subtitle")).to_have_text(["Shared with me"])
+        shared = member.locator(".index-link", has_text="birds")
+        expect(shared.locator(".index-owner")).to_have_text(USER)
+        shared.click()
+        expect(member.locator(".index-title")).to_have_text("birds")
+        expect(member.locator(".index-access")).to_have_text(f"Owner: {USER} · You can ask (group support)")
+        expect(member.locator(".doc-table tbody tr[data-filename='duck.md']")).to_be_visible()
+        # A reader: no upload, no rebuild, no delete, no share.
+        expect(member.locator(".dropzone")).to_have_count(0)
+        expect(member.locator("#upload-files")).to_have_count(0)
+        expect(member.get_by_role("button", name="Delete index")).to_have_count(0)
+        expect(member.get_by_role("button", name="Delete duck.md")).to_have_count(0)
+        expect(member.get_by_role("button", name="Share")).to_have_count(0)
+        expect(member.get_by_role("button", name="Rebuild")).to_be_hidden()
+
+        member.get_by_role("link", name="New chat", exact=True).click()
+        expect(member.locator(".welcome")).to_be_visible()
+        ask(member, "What does the duck like to eat?")
+        turn = last_turn(member)
+        expect(turn).to_have_attribute("data-state", "done", timeout=120_000)
+        expect(turn.locator(".answer")).to_contain_text("According to the sources")
+        expect(turn.locator(".doc-card").first).to_be_visible()
+    finally:
+        context.close()
+
+    page.goto("/#/admin/audit")
+    grant = page.locator(".audit-row[data-action='index.grant']").first
+    expect(grant).to_contain_text("shared “birds” with support as reader")
+    expect(grant).to_contain_text(USER)
+    page.locator("#audit-action").select_option("group.")
+    expect(page.locator(".audit-row").first).to_contain_text("added member1 to support")

@@ -165,6 +165,30 @@ export const api = {
       `/api/indexes/${encodeURIComponent(indexId)}/documents/${encodeURIComponent(documentId)}/download`,
     ),
 
+  updateIndex: (id, fields) => call("PATCH", `/api/indexes/${encodeURIComponent(id)}`, fields),
+  listGrants: (id) => call("GET", `/api/indexes/${encodeURIComponent(id)}/grants`),
+  /** `grant`: {subject_type: "user"|"group"|"everyone", username | group_id, role: "reader"|"editor"}. */
+  addGrant: (id, grant) => call("POST", `/api/indexes/${encodeURIComponent(id)}/grants`, grant),
+  updateGrant: (id, grantId, role) =>
+    call("PATCH", `/api/indexes/${encodeURIComponent(id)}/grants/${encodeURIComponent(grantId)}`, { role }),
+  removeGrant: (id, grantId) =>
+    call("DELETE", `/api/indexes/${encodeURIComponent(id)}/grants/${encodeURIComponent(grantId)}`),
+  transferIndex: (id, username, previousOwnerRole = "editor") =>
+    call("POST", `/api/indexes/${encodeURIComponent(id)}/owner`, { username, previous_owner_role: previousOwnerRole }),
+
+  listGroups: () => call("GET", "/api/groups"),
+  createGroup: (name, description = "") => call("POST", "/api/groups", { name, description }),
+  updateGroup: (id, fields) => call("PATCH", `/api/groups/${encodeURIComponent(id)}`, fields),
+  deleteGroup: (id) => call("DELETE", `/api/groups/${encodeURIComponent(id)}`),
+  addMember: (id, username) => call("POST", `/api/groups/${encodeURIComponent(id)}/members`, { username }),
+  removeMember: (id, userId) =>
+    call("DELETE", `/api/groups/${encodeURIComponent(id)}/members/${encodeURIComponent(userId)}`),
+  /** One page of the audit log (newest first): `filters` {action, actor_id, object_type, object_id, before, limit}. */
+  listAudit: (filters = {}) => {
+    const query = new URLSearchParams(Object.entries(filters).filter(([, v]) => v !== undefined && v !== null && v !== ""));
+    return call("GET", `/api/audit${query.size ? `?${query}` : ""}`);
+  },
+
   getSettings: () => call("GET", "/api/settings"),
   putSettings: (settings) => call("PUT", "/api/settings", settings),
 };

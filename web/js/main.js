@@ -4,9 +4,10 @@ import { api, session, setUnauthorizedHandler } from "./api.js";
 import { h, icon, mount } from "./dom.js";
 import { navigate, onRoute, parseRoute } from "./router.js";
 import { currentTheme, toggleTheme } from "./theme.js";
+import { AdminView, adminLink } from "./views/admin.js";
 import { ChatList } from "./views/chatlist.js";
 import { ChatView } from "./views/chat.js";
-import { AdminUsersView } from "./views/admin_users.js";
+import "./views/admin_users.js"; // its "Users" tab in the Admin area
 import { DocumentsView } from "./views/documents.js";
 import { KeysView } from "./views/keys.js";
 import { renderLogin } from "./views/login.js";
@@ -46,7 +47,7 @@ function route() {
   if (name === "documents") currentView = new DocumentsView(shell, id);
   else if (name === "settings") currentView = new SettingsView(shell);
   else if (name === "keys") currentView = new KeysView(shell);
-  else if (name === "users" && session.user.is_admin) currentView = new AdminUsersView(shell);
+  else if (name === "admin") currentView = new AdminView(shell, id);
   else currentView = new ChatView(shell, id);
   shell.chatList.setActive(name === "chats" ? id : null);
   shell.setActiveNav(name);
@@ -134,8 +135,8 @@ function ensureShell() {
       { class: "sidebar-nav", "aria-label": "Sections" },
       navLink("documents", "Documents", "files"),
       navLink("keys", "API keys", "key"),
-      user.is_admin ? navLink("users", "Users", "users") : null,
       navLink("settings", "Settings", "settings"),
+      adminLink(navLink),
     ),
     h(
       "div",

@@ -152,6 +152,12 @@ def marker(n: int) -> str:
 def test_a_rebuild_of_the_adopted_demo_index_keeps_its_documents(api, admin, worker, reader):
     demo = next(i for i in api.get("/api/indexes", headers=admin).json() if i["name"] == "demo")
     assert set(gateway_docs(api, admin, demo["id"])) == {("docs", "backup.md"), ("docs", "security.md")}
+    # Shared with everyone signed in, as readers: a newcomer finds it, asks it, and cannot rebuild it.
+    newcomer = register(api, "demo_newcomer")
+    shown = next(i for i in api.get("/api/indexes", headers=newcomer).json() if i["id"] == demo["id"])
+    assert (shown["access"], shown["via"], shown["owner"]) == ("reader", "everyone", "admin")
+    r = api.post(f"/api/indexes/{demo['id']}/build", json={"rebuild": True}, headers=newcomer)
+    assert (r.status_code, r.json()["code"]) == (404, "index_not_found")
 
     frames = build(api, admin, demo["id"], rebuild=True)
     assert frames[-1][0] == "done", frames[-1]

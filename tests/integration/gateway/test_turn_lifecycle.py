@@ -556,3 +556,80 @@ def test_a_rebuild_outlives_the_page_that_started_it_and_can_be_rejoined(a, caro
     assert after["status"] == "ready"
     assert sorted(d["filename"] for d in after["documents"]) == ["duck.md", "geese.md"]
     assert all(d["chunks"] > 0 for d in after["documents"])
+
+
+# ---- 5. chats follow access ------------------------------------------------------------------------------------
+
+
+def _marks(call: dict) -> list[str]:
+    """The `[Sn]` passages the model was given (the worker numbers each passage it sends)."""
+    return [
+        line
+        for m in call["body"]["messages"]
+        if m.get("role") in ("system", "user")
+        for line in str(m.get("content") or "").splitlines()
+        if line.startswith("[S")
+    ]
+
+
+def test_a_revoked_reader_loses_the_index_mid_conversation_and_nothing_of_it_reaches_the_model(
+    cluster, a, b, carol, fake, slow
+):
+    """Olga shares her handbook with Rita; Rita asks it, and while her answer is being written the grant is
+    removed: her rejoined stream, her chat's state and her next turn carry none of its passages, and the model
+    is given none (asserted on the model's own request)."""
+    olga, rita = register(a, "olga"), register(a, "rita")
+    handbook = make_index(a, olga, "Handbook", {"duck.md": DUCK.read_bytes()})
+    [doc] = handbook["documents"]
+    grant = a.post(
+        f"/api/indexes/{handbook['id']}/grants",
+        json={"subject_type": "user", "username": "rita", "role": "reader"},
+        headers=olga,
+    )
+    assert grant.status_code == 201, grant.text
+    listed = {i["id"]: i for i in a.get("/api/indexes", headers=rita).json()}
+    assert (listed[handbook["id"]]["access"], listed[handbook["id"]]["owner"]) == ("reader", "olga")
+    download = f"/api/indexes/{handbook['id']}/documents/{doc['id']}/download"
+    assert a.get(download, headers=rita).content == DUCK.read_bytes()
+    upload = a.post(
+        f"/api/indexes/{handbook['id']}/documents",
+        headers=rita,
+        files={"file": ("x.md", b"# x", "text/markdown")},
+    )
+    assert upload.status_code == 404  # a reader may not upload
+
+    slow.token_delay_s = 0.05
+    chat_id = new_chat(a, rita, handbook)
+    turn = Turn(cluster[1].url, chat_id, rita)
+    turn.wait_tokens(3)
+    assert _marks(generation_call(fake)), "the first turn was given the handbook's passages"
+    status, before = read_stream(a, f"/api/chats/{chat_id}/stream", rita, until_tokens=1)
+    assert status == 200 and before[0][1]["documents"], "the running turn's snapshot shows its passages"
+
+    assert (
+        a.delete(f"/api/indexes/{handbook['id']}/grants/{grant.json()['id']}", headers=olga).status_code
+        == 204
+    )
+    for client in (a, b):  # the owner's memory, and the other replica's database read
+        status, after = read_stream(client, f"/api/chats/{chat_id}/stream", rita, until_tokens=1)
+        assert status == 200 and after[0][0] == "snapshot"
+        assert not after[0][1]["documents"], "the snapshot shows nothing of an index she can no longer read"
+    slow.token_delay_s = 0.0
+    turn.join(60)
+    chat = wait_idle(a, chat_id, rita)
+    assert chat["index_ids"] == [] and chat["state"]["documents"] == []
+    # The worker keeps each turn's passages in the history (a system message): that goes too.
+    assert [m["role"] for m in chat["state"]["history"]] == ["user", "assistant"]
+    assert chat["messages"][1]["answer"]["documents"], "the past answer stays as it was shown"
+
+    second = stream_turn(a, chat_id, rita, message="And what else do ducks eat?")
+    assert not [d for e, d in second if e == "documents" and d["documents"]]
+    assert _marks(generation_call(fake)) == [], "the next turn gave the model none of the handbook's passages"
+    assert wait_idle(a, chat_id, rita)["state"]["documents"] == []
+    r = a.post(f"/api/chats/{chat_id}/messages", json={"message": "ducks?", "force_rag": True}, headers=rita)
+    assert (r.status_code, r.json()["code"]) == (409, "no_index")
+    for path in (f"/api/indexes/{handbook['id']}", f"/api/indexes/{handbook['id']}/datasets", download):
+        assert a.get(path, headers=rita).status_code == 404, path
+    assert handbook["id"] not in {i["id"] for i in a.get("/api/indexes", headers=rita).json()}
+    r = a.patch(f"/api/chats/{chat_id}", json={"index_ids": [handbook["id"]]}, headers=rita)
+    assert (r.status_code, r.json()["field"]) == (404, "index_ids")

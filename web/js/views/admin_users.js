@@ -1,4 +1,4 @@
-// Users (administrators only; for anyone else the gateway's /api/users routes do not exist, a 404): every
+// The Admin area's Users tab (administrators only; for anyone else the gateway's /api/users routes do not exist, a 404): every
 // account with its role and state; disable / enable (disabling signs it out everywhere and stops its API keys),
 // make or unmake an administrator (never oneself), and set a new password for someone who lost theirs (their
 // sessions end; they sign in with the new one).
@@ -6,6 +6,7 @@
 import { api, session } from "../api.js";
 import { confirmDialog, customDialog } from "../dialogs.js";
 import { announce, h, mount, relativeTime } from "../dom.js";
+import { registerAdminTab } from "./admin.js";
 
 function passwordDialog(username) {
   return new Promise((resolve) => {
@@ -154,20 +155,4 @@ class UsersPanel {
   }
 }
 
-/** A page of its own (`#/users`), until the Admin area takes the panel as a tab. */
-export class AdminUsersView {
-  constructor(shell) {
-    this.root = h("div", { class: "page-body" });
-    this.element = h(
-      "section",
-      { class: "page", "aria-labelledby": "users-title" },
-      shell.header(h("h1", { class: "topbar-title", id: "users-title", text: "Users" })),
-      this.root,
-    );
-  }
-
-  start() {
-    document.title = "Users · RAG Chat";
-    renderUsers(this.root);
-  }
-}
+registerAdminTab({ id: "users", label: "Users", render: renderUsers });

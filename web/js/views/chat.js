@@ -187,7 +187,7 @@ export class ChatView {
   chatIndexIds() {
     if (this.chat) return this.chat.index_ids || [];
     if (this.pendingScope) return this.pendingScope.index_ids;
-    return (this.indexes || []).map((index) => index.id);
+    return (this.indexes || []).filter((index) => index.via !== "admin").map((index) => index.id);
   }
 
   chatDatasets() {

@@ -1,11 +1,14 @@
 // Indexes and their documents: create an index, upload files into a dataset (drag and drop, several at
 // once, per-file progress, the gateway's reason when a file is refused), list, download, delete.
+// The list has the user's own indexes and those shared with them (with the owner's name); what the page offers
+// follows the user's access: a reader sees no upload, delete or rebuild, only the owner (or an admin) shares.
 
 import { api } from "../api.js";
 import { confirmDialog } from "../dialogs.js";
 import { announce, formatBytes, h, icon, mount, relativeTime } from "../dom.js";
 import { navigate } from "../router.js";
 import { readEvents } from "../sse.js";
+import { shareDialog } from "./share.js";
 import { UploadQueue } from "./upload_queue.js";
 
 
@@ -67,27 +70,46 @@ export class DocumentsView {
   }
 
   renderIndexList() {
+    // Mine (owned), shared with me (a grant, a group, everyone) and, for an administrator, everyone else's.
+    const mine = this.indexes.filter((index) => !index.via || index.via === "owner");
+    const shared = this.indexes.filter((index) => index.via && !["owner", "admin"].includes(index.via));
+    const others = this.indexes.filter((index) => index.via === "admin");
+    const link = (index, withOwner) =>
+      h(
+        "li",
+        {},
+        h(
+          "a",
+          {
+            class: "index-link",
+            href: `#/documents/${encodeURIComponent(index.id)}`,
+            "aria-current": String(index.id) === String(this.indexId) ? "page" : false,
+            dataset: { access: index.access || "owner" },
+          },
+          icon("database"),
+          h("span", { class: "index-name", text: index.name }),
+          withOwner ? h("span", { class: "index-owner muted small", text: index.owner }) : null,
+        ),
+      );
+    const section = (title, indexes, withOwner) =>
+      indexes.length
+        ? [h("li", { class: "index-section", role: "presentation" }, h("h3", { class: "pane-subtitle", text: title })), ...indexes.map((i) => link(i, withOwner))]
+        : [];
     mount(
       this.indexList,
       this.indexes.length
-        ? this.indexes.map((index) =>
-            h(
-              "li",
-              {},
-              h(
-                "a",
-                {
-                  class: "index-link",
-                  href: `#/documents/${encodeURIComponent(index.id)}`,
-                  "aria-current": String(index.id) === String(this.indexId) ? "page" : false,
-                },
-                icon("database"),
-                h("span", { class: "index-name", text: index.name }),
-              ),
-            ),
-          )
+        ? [...mine.map((index) => link(index, false)), ...section("Shared with me", shared, true), ...section("Other users' (admin)", others, true)]
         : h("li", { class: "muted", text: "No indexes yet" }),
     );
+    if (this.indexes.length && !mine.length) this.indexList.prepend(h("li", { class: "muted", text: "No indexes of your own yet" }));
+  }
+
+  /** What the signed-in user may do with the open index (the gateway checks it again on every request). */
+  can(what) {
+    const access = this.index?.access || "owner";
+    if (what === "read") return true;
+    if (what === "edit") return access === "owner" || access === "editor";
+    return access === "owner"; // share, transfer, delete the index
   }
 
   renderCreateForm() {
@@ -189,21 +211,29 @@ export class DocumentsView {
           h("h2", { class: "index-title", text: index.name }),
           index.description ? h("p", { class: "muted", text: index.description }) : null,
           h("p", { class: "muted small index-stats", text: this.stats() }),
+          index.via && index.via !== "owner"
+            ? h("p", { class: "muted small index-access", text: accessLine(index) })
+            : null,
         ),
+        this.can("share")
+          ? h("button", { class: "button ghost", type: "button", onclick: () => shareDialog(index) }, icon("share"), h("span", { text: "Share" }))
+          : null,
         (this.rebuildButton = h(
           "button",
-          { class: "button ghost", type: "button", onclick: () => this.followBuild(true) },
+          { class: "button ghost", type: "button", hidden: !this.can("edit"), onclick: () => this.followBuild(true) },
           icon("upload"),
           h("span", { text: "Rebuild" }),
         )),
-        h(
-          "button",
-          { class: "button ghost danger-text", type: "button", onclick: () => this.deleteIndex() },
-          icon("trash"),
-          h("span", { text: "Delete index" }),
-        ),
+        this.can("delete")
+          ? h(
+              "button",
+              { class: "button ghost danger-text", type: "button", onclick: () => this.deleteIndex() },
+              icon("trash"),
+              h("span", { text: "Delete index" }),
+            )
+          : null,
       ),
-      this.renderUploader(),
+      this.can("edit") ? this.renderUploader() : null,
       (this.buildBox = this.renderBuildBox()),
       this.uploadList,
       this.table,
@@ -342,6 +372,7 @@ export class DocumentsView {
     this.renderTable();
     const stats = this.detail.querySelector(".index-stats");
     if (stats) stats.textContent = this.stats();
+    if (!this.can("edit")) return;
     const datalist = this.detail.querySelector("#dataset-options");
     datalist?.replaceChildren(...this.datasets().map((name) => h("option", { value: name })));
   }
@@ -396,11 +427,13 @@ export class DocumentsView {
           { class: "icon-button small", type: "button", "aria-label": `Download ${doc.filename}`, title: "Download", onclick: () => this.download(doc) },
           icon("download"),
         ),
-        h(
-          "button",
-          { class: "icon-button small", type: "button", "aria-label": `Delete ${doc.filename}`, title: "Delete", onclick: () => this.deleteDocument(doc) },
-          icon("trash"),
-        ),
+        this.can("edit")
+          ? h(
+              "button",
+              { class: "icon-button small", type: "button", "aria-label": `Delete ${doc.filename}`, title: "Delete", onclick: () => this.deleteDocument(doc) },
+              icon("trash"),
+            )
+          : null,
       ),
     );
   }
@@ -453,6 +486,13 @@ export class DocumentsView {
       announce(`Could not delete: ${err.message}`);
     }
   }
+}
+
+function accessLine(index) {
+  const role = index.access === "editor" ? "You can edit" : index.access === "reader" ? "You can ask" : "You manage";
+  const via =
+    index.via === "group" ? ` (group ${index.via_group})` : index.via === "everyone" ? " (shared with everyone)" : index.via === "admin" ? " (administrator)" : "";
+  return `Owner: ${index.owner} · ${role}${via}`;
 }
 
 function documentId(doc) {

@@ -78,7 +78,7 @@ export async function pickScope({ indexIds, datasets }) {
                 if (on) chosenIndexes.add(String(index.id));
                 else chosenIndexes.delete(String(index.id));
                 loadDatasets();
-              }, "index"),
+              }, "index", index.via && index.via !== "owner" ? index.owner : ""),
             ),
           )
         : h("p", { class: "muted" }, "No indexes yet. Create one under ", h("a", { href: "#/documents", text: "Documents" }), "."),
@@ -99,7 +99,8 @@ function idValue(indexes) {
   return (id) => indexes.find((index) => String(index.id) === id)?.id ?? id;
 }
 
-function checkbox(label, checked, onChange, kind) {
+function checkbox(label, checked, onChange, kind, owner = "") {
   const input = h("input", { type: "checkbox", checked, dataset: { kind, name: label }, onchange: () => onChange(input.checked) });
-  return h("label", { class: "check" }, input, h("span", { text: label }));
+  // A shared index shows whose it is (two people may both have a "handbook").
+  return h("label", { class: "check" }, input, h("span", { text: label }), owner ? h("span", { class: "muted small", text: ` · ${owner}` }) : null);
 }
