@@ -134,7 +134,8 @@ def spec(app_routes: Iterable[BaseRoute], settings: Settings | None = None) -> d
             "title": "rag-chat gateway",
             "version": "1",
             "description": "Accounts, chats and indexes for the web chat and scripts; see "
-            "docs/design/GATEWAY_API.md. Sign in with `Authorization: Bearer <token>` (from register or login) "
+            "docs/design/GATEWAY_API.md. Sign in with `Authorization: Bearer <token>` (from register or login, or "
+            "an API key from /api/keys) "
             f"or the HttpOnly `{COOKIE}` cookie the web gets; a change signed in by the cookie must come from "
             "this site (its Origin header).",
         },
