@@ -1,7 +1,8 @@
 """API keys and the user administration, in-process (the real app on real SQLite, and on Postgres when
 TEST_DATABASE_URL names one; no worker: none of these routes needs it): a key shown once and stored hashed,
 revoked, expired, read-only, acting with its user's current rights, limited per key; an administrator's changes
-to accounts; bad input on every new route; and the access matrix of the key principals over the routes.
+to accounts; bad input on every new route; the upgrade of an older database. The key principals over every
+route are in tests/integration/gateway/test_access_matrix.py.
 
 One app per database for the whole module (the scenarios use their own accounts)."""
 
@@ -397,92 +398,6 @@ def test_bad_input_on_the_new_routes_is_a_4xx_that_says_what_and_stores_nothing(
     r = c.put("/v1/models", headers=key)
     assert (r.status_code, r.headers["allow"]) == (405, "GET, HEAD")
     assert c.get("/v1/embeddings", headers=key).json()["error"]["code"] == "not_found"
-
-
-# -- the access matrix: key principals × routes ---------------------------------------------------------------
-
-# Each principal is alice's (the owner of the index and chat below) unless it says otherwise; `other` is
-# another user's session, `disabled` the key of a disabled account.
-PRINCIPALS = ["session", "full_key", "read_only_key", "revoked_key", "expired_key", "other", "disabled_key"]
-DENIED = {"revoked_key": 401, "expired_key": 401, "disabled_key": 401}
-
-# (method, path, body, {principal: status}); a principal not named gets `ok`'s status, DENIED always wins.
-# Paths name {index}, {chat}, {victim} (a key of alice's made afresh for each cell), {bob} (a user id).
-MATRIX = [
-    ("GET", "/api/auth/me", None, {"ok": 200}),
-    ("GET", "/api/keys", None, {"ok": 200}),
-    ("POST", "/api/keys", {"name": "cell"}, {"ok": 201, "full_key": 403, "read_only_key": 403}),
-    ("DELETE", "/api/keys/{victim}", None, {"ok": 204, "read_only_key": 403, "other": 404}),
-    ("GET", "/api/indexes", None, {"ok": 200}),
-    ("GET", "/api/indexes/{index}", None, {"ok": 200, "other": 404}),
-    ("PATCH", "/api/indexes/{index}", {"description": "d"}, {"ok": 200, "read_only_key": 403, "other": 404}),
-    ("GET", "/api/indexes/{index}/datasets", None, {"ok": 200, "other": 404}),
-    ("POST", "/api/chats", {}, {"ok": 201}),
-    ("GET", "/api/chats/{chat}", None, {"ok": 200, "other": 404}),
-    ("PATCH", "/api/chats/{chat}", {"title": "t"}, {"ok": 200, "read_only_key": 403, "other": 404}),
-    ("GET", "/api/users", None, {"ok": 404}),
-    ("PATCH", "/api/users/{bob}", {"is_admin": True}, {"ok": 404, "read_only_key": 403}),
-    ("POST", "/api/users/{bob}/password", {"new_password": "a takeover"}, {"ok": 404, "read_only_key": 403}),
-    ("GET", "/v1/models", None, {"ok": 200}),
-    ("GET", "/v1/models/{model}", None, {"ok": 200, "other": 404}),
-    # The answer itself needs the worker (tests/integration/gateway/test_gateway_v1.py); without a model this
-    # server has, every principal that may ask gets OpenAI's 404, the others their 401.
-    (
-        "POST",
-        "/v1/chat/completions",
-        {"model": "rag/none", "messages": [{"role": "user", "content": "q"}]},
-        {"ok": 404},
-    ),
-]
-
-
-@pytest.fixture(scope="module")
-def principals(client, admin) -> dict:
-    c = client
-    alice, bob, carol = register(c, "matrix_alice"), register(c, "matrix_bob"), register(c, "matrix_carol")
-    index = c.post("/api/indexes", json={"name": "handbook"}, headers=session(alice)).json()
-    chat = c.post("/api/chats", json={"index_ids": [index["id"]]}, headers=session(alice)).json()
-    revoked = new_key(c, alice, "revoked")
-    assert c.delete(f"/api/keys/{revoked['id']}", headers=session(alice)).status_code == 204
-    disabled = new_key(c, carol, "carol's")
-    assert (
-        c.patch(f"/api/users/{carol['id']}", json={"disabled": True}, headers=session(admin)).status_code
-        == 200
-    )
-    model = next(m["id"] for m in c.get("/v1/models", headers=session(alice)).json()["data"] if m.get("name"))
-    return {
-        "alice": alice,
-        "ids": {"index": index["id"], "chat": chat["id"], "bob": bob["id"], "model": model},
-        "headers": {
-            "session": session(alice),
-            "full_key": bearer(new_key(c, alice, "full")["key"]),
-            "read_only_key": bearer(new_key(c, alice, "reader", read_only=True)["key"]),
-            "revoked_key": bearer(revoked["key"]),
-            "expired_key": bearer(soon_expired_key(c, alice, "expired")["key"]),
-            "other": session(bob),
-            "disabled_key": bearer(disabled["key"]),
-        },
-    }
-
-
-@pytest.mark.parametrize("principal", PRINCIPALS)
-def test_access_matrix(client, principals, principal) -> None:
-    c, ids = client, principals["ids"]
-    headers = principals["headers"][principal]
-    wrong = []
-    for method, path, body, expected in MATRIX:
-        values = dict(ids)
-        if "{victim}" in path:
-            values["victim"] = new_key(c, principals["alice"], "victim")["id"]
-        url = path.format(**values)
-        want = DENIED.get(principal) or expected.get(principal, expected["ok"])
-        r = c.request(method, url, json=body, headers=headers)
-        if r.status_code != want:
-            wrong.append(f"{method} {url}: {r.status_code} (wanted {want}) {r.text[:200]}")
-        elif r.status_code >= 400:
-            body_json = r.json()
-            assert "error" in body_json, (method, url)
-    assert not wrong, "\n".join(wrong)
 
 
 # -- migration ----------------------------------------------------------------------------------------------

@@ -48,12 +48,15 @@ KEYS = (
     "read_only_key",  # may ask and read, change nothing: 403 `read_only_key` for anything else
     "revoked_key",  # revoked: 401 `key_revoked`
     "expired_key",  # past its expiry: 401 `key_expired`
+    "full_key",  # a full key: exactly the owner, but it cannot make keys (403 `session_required`)
+    "disabled_key",  # a key of the disabled account: 401 `account_disabled`
 )
 COLUMNS = HUMANS + KEYS
 UNAUTHORIZED = {
     "disabled": "account_disabled",
     "revoked_key": "key_revoked",
     "expired_key": "key_expired",
+    "disabled_key": "account_disabled",
 }
 
 W = 503  # passed the access check, then needed the worker (absent here)
@@ -76,155 +79,181 @@ _names = itertools.count()
 
 #       owner admin editor r_user r_group r_every non_member disabled
 ROWS = [
-    Row("GET", "/api/indexes", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401)),
-    Row("GET", "/api/indexes/{index}", (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401)),
-    Row("GET", "/api/indexes/{index}/datasets", (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401)),
+    Row("GET", "/api/indexes", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("GET", "/api/indexes/{index}", (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401, 200, 401)),
+    Row(
+        "GET",
+        "/api/indexes/{index}/datasets",
+        (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401, 200, 401),
+    ),
     Row(
         "PATCH",
         "/api/indexes/{index}",
-        (200, 200, 200, 404, 404, 404, 404, 401, 403, 401, 401),
+        (200, 200, 200, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
         {"description": "changed"},
     ),
     Row(
         "POST",
         "/api/indexes/{index}/documents",
-        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401),
+        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401, W, 401),
         files=True,
     ),
     Row(
-        "GET", "/api/indexes/{index}/documents/{document}/download", (W, W, W, W, W, W, 404, 401, W, 401, 401)
+        "GET",
+        "/api/indexes/{index}/documents/{document}/download",
+        (W, W, W, W, W, W, 404, 401, W, 401, 401, W, 401),
     ),
     Row(
         "DELETE",
         "/api/indexes/{index}/documents/{document}",
-        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401),
+        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401, W, 401),
     ),
-    Row("GET", "/api/indexes/{index}/build", (204, 204, 204, 204, 204, 204, 404, 401, 204, 401, 401)),
+    Row(
+        "GET", "/api/indexes/{index}/build", (204, 204, 204, 204, 204, 204, 404, 401, 204, 401, 401, 204, 401)
+    ),
     Row(
         "POST",
         "/api/indexes/{index}/build",
-        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401),
+        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401, W, 401),
         {},
         fresh=True,
     ),
-    Row("DELETE", "/api/indexes/{index}", (W, W, 404, 404, 404, 404, 404, 401, 403, 401, 401)),
-    Row("GET", "/api/indexes/{index}/grants", (200, 200, 404, 404, 404, 404, 404, 401, 200, 401, 401)),
+    Row("DELETE", "/api/indexes/{index}", (W, W, 404, 404, 404, 404, 404, 401, 403, 401, 401, W, 401)),
+    Row(
+        "GET",
+        "/api/indexes/{index}/grants",
+        (200, 200, 404, 404, 404, 404, 404, 401, 200, 401, 401, 200, 401),
+    ),
     Row(
         "POST",
         "/api/indexes/{index}/grants",
-        (200, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401),
+        (200, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
         {"subject_type": "user", "username": "spare", "role": "reader"},  # spare already reads it: 200
     ),
     Row(
         "PATCH",
         "/api/indexes/{index}/grants/{grant}",
-        (200, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401),
+        (200, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
         {"role": "reader"},
     ),
     Row(
         "DELETE",
         "/api/indexes/{index}/grants/{grant}",
-        (204, 204, 404, 404, 404, 404, 404, 401, 403, 401, 401),
+        (204, 204, 404, 404, 404, 404, 404, 401, 403, 401, 401, 204, 401),
         fresh=True,
     ),
     Row(
         "POST",
         "/api/indexes/{index}/owner",
-        (200, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401),
+        (200, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
         {"username": "spare"},
         fresh=True,
     ),
     Row(
         "POST",
         "/api/chats",
-        (201, 201, 201, 201, 201, 201, 404, 401, 201, 401, 401),
+        (201, 201, 201, 201, 201, 201, 404, 401, 201, 401, 401, 201, 401),
         {"index_ids": ["{index}"]},
     ),
     Row(
         "PATCH",
         "/api/chats/{chat}",
-        (200, 200, 200, 200, 200, 200, 404, 401, 403, 401, 401),
+        (200, 200, 200, 200, 200, 200, 404, 401, 403, 401, 401, 200, 401),
         {"index_ids": ["{index}"]},
     ),
-    Row("GET", "/api/groups", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401)),
+    Row("GET", "/api/groups", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
     Row(
         "POST",
         "/api/groups",
-        (403, 201, 403, 403, 403, 403, 403, 401, 403, 401, 401),
+        (403, 201, 403, 403, 403, 403, 403, 401, 403, 401, 401, 403, 401),
         lambda: {"name": f"team {next(_names)}"},
     ),
-    Row("GET", "/api/groups/{group}", (404, 200, 404, 404, 200, 404, 404, 401, 404, 401, 401)),
+    Row("GET", "/api/groups/{group}", (404, 200, 404, 404, 200, 404, 404, 401, 404, 401, 401, 404, 401)),
     Row(
         "PATCH",
         "/api/groups/{group}",
-        (404, 200, 404, 404, 403, 404, 404, 401, 403, 401, 401),
+        (404, 200, 404, 404, 403, 404, 404, 401, 403, 401, 401, 404, 401),
         {"description": "x"},
     ),
     Row(
         "POST",
         "/api/groups/{group}/members",
-        (404, 200, 404, 404, 403, 404, 404, 401, 403, 401, 401),
+        (404, 200, 404, 404, 403, 404, 404, 401, 403, 401, 401, 404, 401),
         {"username": "spare"},
     ),
     Row(
         "DELETE",
         "/api/groups/{group}/members/{member}",
-        (404, 204, 404, 404, 403, 404, 404, 401, 403, 401, 401),
+        (404, 204, 404, 404, 403, 404, 404, 401, 403, 401, 401, 404, 401),
         fresh=True,
     ),
-    Row("DELETE", "/api/groups/{group}", (404, 204, 404, 404, 403, 404, 404, 401, 403, 401, 401), fresh=True),
-    Row("GET", "/api/audit", (403, 200, 403, 403, 403, 403, 403, 401, 403, 401, 401)),
+    Row(
+        "DELETE",
+        "/api/groups/{group}",
+        (404, 204, 404, 404, 403, 404, 404, 401, 403, 401, 401, 404, 401),
+        fresh=True,
+    ),
+    Row("GET", "/api/audit", (403, 200, 403, 403, 403, 403, 403, 401, 403, 401, 401, 403, 401)),
     # API keys ({key}: a key of the owner's, made for the cell) and the user administration ({spare}: a user).
-    Row("GET", "/api/keys", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401)),
-    Row("POST", "/api/keys", (201, 201, 201, 201, 201, 201, 201, 401, 403, 401, 401), {"name": "cell"}),
-    Row("DELETE", "/api/keys/{key}", (204, 404, 404, 404, 404, 404, 404, 401, 403, 401, 401)),
-    Row("GET", "/api/users", (404, 200, 404, 404, 404, 404, 404, 401, 404, 401, 401)),
+    Row("GET", "/api/keys", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row(
+        "POST",
+        "/api/keys",
+        (201, 201, 201, 201, 201, 201, 201, 401, 403, 401, 401, 403, 401),
+        {"name": "cell"},
+    ),
+    Row("DELETE", "/api/keys/{key}", (204, 404, 404, 404, 404, 404, 404, 401, 403, 401, 401, 204, 401)),
+    Row("GET", "/api/users", (404, 200, 404, 404, 404, 404, 404, 401, 404, 401, 401, 404, 401)),
     Row(
         "PATCH",
         "/api/users/{spare}",
-        (404, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401),
+        (404, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401, 404, 401),
         {"is_admin": False},
     ),
     # The gateway's OpenAI-compatible surface ({model}: the index's `rag/<worker table>`); errors in OpenAI's shape.
-    Row("GET", "/v1/models", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401)),
-    Row("GET", "/v1/models/{model}", (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401)),
+    Row("GET", "/v1/models", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("GET", "/v1/models/{model}", (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401, 200, 401)),
     Row(
         "POST",
         "/v1/chat/completions",
-        (W, W, W, W, W, W, 404, 401, W, 401, 401),
+        (W, W, W, W, W, W, 404, 401, W, 401, 401, W, 401),
         {"model": "{model}", "messages": [{"role": "user", "content": "What does the handbook say?"}]},
     ),
     # The routes that name no index: the caller's own things, another's chat, the administrator's.
-    Row("GET", "/api/auth/me", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401)),
+    Row("GET", "/api/auth/me", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
     # {"user": null} for the disabled account and the dead keys: a 200 either way.
-    Row("GET", "/api/auth/session", (200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200)),
-    Row("GET", "/api/chats", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401)),
-    Row("GET", "/api/chats/{chat}", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401)),
-    Row("GET", "/api/chats/{owner_chat}", (200, 404, 404, 404, 404, 404, 404, 401, 200, 401, 401)),
+    Row("GET", "/api/auth/session", (200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200)),
+    Row("GET", "/api/chats", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("GET", "/api/chats/{chat}", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("GET", "/api/chats/{owner_chat}", (200, 404, 404, 404, 404, 404, 404, 401, 200, 401, 401, 200, 401)),
     Row(
         "PATCH",
         "/api/chats/{owner_chat}",
-        (200, 404, 404, 404, 404, 404, 404, 401, 403, 401, 401),
+        (200, 404, 404, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
         {"title": "mine"},
     ),
     Row(
         "POST",
         "/api/chats/{owner_chat}/messages",
-        (W, 404, 404, 404, 404, 404, 404, 401, W, 401, 401),
+        (W, 404, 404, 404, 404, 404, 404, 401, W, 401, 401, W, 401),
         {"message": "hi"},
     ),
-    Row("POST", "/api/chats/{chat}/stop", (409, 409, 409, 409, 409, 409, 409, 401, 409, 401, 401)),
-    Row("GET", "/api/chats/{chat}/stream", (204, 204, 204, 204, 204, 204, 204, 401, 204, 401, 401)),
-    Row("GET", "/api/chats/{owner_chat}/stream", (204, 404, 404, 404, 404, 404, 404, 401, 204, 401, 401)),
+    Row("POST", "/api/chats/{chat}/stop", (409, 409, 409, 409, 409, 409, 409, 401, 409, 401, 401, 409, 401)),
+    Row("GET", "/api/chats/{chat}/stream", (204, 204, 204, 204, 204, 204, 204, 401, 204, 401, 401, 204, 401)),
+    Row(
+        "GET",
+        "/api/chats/{owner_chat}/stream",
+        (204, 404, 404, 404, 404, 404, 404, 401, 204, 401, 401, 204, 401),
+    ),
     Row(
         "DELETE",
         "/api/chats/{owner_chat}",
-        (204, 404, 404, 404, 404, 404, 404, 401, 403, 401, 401),
+        (204, 404, 404, 404, 404, 404, 404, 401, 403, 401, 401, 204, 401),
         fresh=True,
     ),
-    Row("GET", "/api/settings", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401)),
-    Row("PUT", "/api/settings", (403, 200, 403, 403, 403, 403, 403, 401, 403, 401, 401), {}),
-    Row("GET", "/api/openapi.json", (200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200)),
+    Row("GET", "/api/settings", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("PUT", "/api/settings", (403, 200, 403, 403, 403, 403, 403, 401, 403, 401, 401, 403, 401), {}),
+    Row("GET", "/api/openapi.json", (200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200)),
 ]
 # Left out on purpose: register and login (no principal), logout and the password change (they end the
 # principal's sessions; tests/unit/test_gateway_api.py and test_accounts_security.py cover them).
@@ -283,6 +312,8 @@ def principals(w: World) -> None:
     w.headers["revoked_key"] = {"Authorization": f"Bearer {revoked['key']}"}
     soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
     w.headers["expired_key"] = {"Authorization": f"Bearer {new_key(w, 'owner', expires_at=soon)['key']}"}
+    w.headers["full_key"] = {"Authorization": f"Bearer {new_key(w, 'owner')['key']}"}
+    w.headers["disabled_key"] = {"Authorization": f"Bearer {new_key(w, 'disabled')['key']}"}  # disabled later
 
 
 def wait_expired(w: World) -> None:
@@ -356,7 +387,7 @@ def world(request, tmp_path_factory):
         w.chats = {}
         for who in HUMANS[:-1]:
             w.chats[who] = w.call(who, "POST", "/api/chats", json={}).json()["id"]
-        for who in KEYS:  # the owner's keys ask about the owner's chat
+        for who in KEYS:  # the keys ask about the owner's chat (the disabled account's key gets no further)
             w.chats[who] = w.chats["owner"]
         # Disabled last: everything above it was set up while it could still sign in.
         w.chats["disabled"] = w.call("disabled", "POST", "/api/chats", json={}).json()["id"]
@@ -419,6 +450,8 @@ def test_each_route_answers_each_principal_with_its_status(world, row) -> None:
             assert code_of(body) == UNAUTHORIZED[who], (who, body)
         if who == "read_only_key" and status == 403 and row.method != "GET":
             assert code_of(body) == "read_only_key", body
+        if who == "full_key" and status == 403 and (row.method, row.path) == ("POST", "/api/keys"):
+            assert code_of(body) == "session_required", body
         if status == 404 and row.path.startswith("/v1/"):
             assert code_of(body) == "model_not_found", (who, body)  # another user's index: no such model
 
