@@ -615,6 +615,11 @@ def test_a_transfer_hands_the_index_over_and_the_audit_log_tells_who_did_what(wo
     ]
     assert {e["detail"]["username"] for e in created} >= set(HUMANS)
 
+    assert w.call("admin", "PUT", "/api/settings", json={"allowed_models": []}).status_code == 200
+    settings = w.call("admin", "GET", "/api/audit", params={"action": "settings.update", "limit": 1}).json()
+    [changed] = settings["events"]
+    assert changed["actor_name"] == "admin" and "allowed_models" in changed["detail"]["fields"]
+
     for bad in (
         {"limit": "0"},
         {"limit": "201"},

@@ -633,3 +633,13 @@ def test_a_revoked_reader_loses_the_index_mid_conversation_and_nothing_of_it_rea
     assert handbook["id"] not in {i["id"] for i in a.get("/api/indexes", headers=rita).json()}
     r = a.patch(f"/api/chats/{chat_id}", json={"index_ids": [handbook["id"]]}, headers=rita)
     assert (r.status_code, r.json()["field"]) == (404, "index_ids")
+
+    # The owner deletes a document, then the index: the administrator's audit log has each, with who and what.
+    assert a.delete(f"/api/indexes/{handbook['id']}/documents/{doc['id']}", headers=olga).status_code == 204
+    assert a.delete(f"/api/indexes/{handbook['id']}", headers=olga).status_code == 204
+    events = a.get("/api/audit", params={"action": "index.", "limit": 200}, headers=carol).json()["events"]
+    mine = [(e["action"], e["actor_name"]) for e in events if e["object_id"] == str(handbook["id"])]
+    assert mine == [("index.delete", "olga"), ("index.revoke", "olga"), ("index.grant", "olga")]
+    deleted = a.get("/api/audit", params={"action": "document.delete", "limit": 200}, headers=carol).json()
+    [gone] = [e for e in deleted["events"] if e["actor_name"] == "olga"]
+    assert (gone["detail"]["filename"], gone["detail"]["index"]) == ("duck.md", "Handbook")

@@ -216,7 +216,19 @@ export class DocumentsView {
             : null,
         ),
         this.can("share")
-          ? h("button", { class: "button ghost", type: "button", onclick: () => shareDialog(index) }, icon("share"), h("span", { text: "Share" }))
+          ? h(
+              "button",
+              {
+                class: "button ghost",
+                type: "button",
+                onclick: async () => {
+                  // Given away: the page shows it as the caller now has it (an editor, by default).
+                  if ((await shareDialog(index)) === "transferred") await this.loadIndexes();
+                },
+              },
+              icon("share"),
+              h("span", { text: "Share" }),
+            )
           : null,
         (this.rebuildButton = h(
           "button",

@@ -3,7 +3,7 @@
 // signed in, change a role, remove a share. Every change is the gateway's (and in its audit log) at once.
 
 import { api } from "../api.js";
-import { customDialog } from "../dialogs.js";
+import { confirmDialog, customDialog } from "../dialogs.js";
 import { announce, h, icon, mount } from "../dom.js";
 
 const ROLES = [
@@ -20,7 +20,7 @@ function roleSelect(value, label, onChange) {
   return select;
 }
 
-/** Opens the dialog for `index` ({id, name}); resolves when it is closed. */
+/** Opens the dialog for `index` ({id, name}); resolves `"transferred"` when it was given away, else when closed. */
 export async function shareDialog(index) {
   const list = h("ul", { class: "grant-list", role: "list", "aria-label": "Shared with" });
   const error = h("p", { class: "form-error", role: "alert", hidden: true });
@@ -109,7 +109,31 @@ export async function shareDialog(index) {
     group.hidden = kind.value !== "group";
   };
 
-  await customDialog(`Share “${index.name}”`, (close) => {
+  const newOwner = h("input", { class: "input", id: "transfer-username", placeholder: "username", autocomplete: "off", "aria-label": "New owner" });
+  const transfer = async (close) => {
+    const name = newOwner.value.trim();
+    if (!name) {
+      newOwner.focus();
+      return;
+    }
+    const ok = await confirmDialog({
+      title: `Give “${index.name}” to ${name}?`,
+      message: "They become its owner; you keep editor access (they can remove it).",
+      confirm: "Transfer",
+      danger: true,
+    });
+    if (!ok) return;
+    error.hidden = true;
+    try {
+      await api.transferIndex(index.id, name);
+      announce(`${index.name} now belongs to ${name}`);
+      close("transferred");
+    } catch (err) {
+      fail(err);
+    }
+  };
+
+  return customDialog(`Share “${index.name}”`, (close) => {
     refresh();
     return h(
       "div",
@@ -144,6 +168,17 @@ export async function shareDialog(index) {
         h("h3", { class: "scope-heading", text: "Add" }),
         h("div", { class: "share-add" }, kind, username, group, role, h("button", { class: "button primary", type: "submit", text: "Share" })),
         h("p", { class: "hint muted", text: "Can ask: chat with it, see and download its documents. Can edit: also upload, delete and rebuild." }),
+      ),
+      h(
+        "details",
+        { class: "transfer" },
+        h("summary", { text: "Transfer ownership" }),
+        h(
+          "div",
+          { class: "share-add" },
+          newOwner,
+          h("button", { class: "button danger", type: "button", text: "Transfer", onclick: () => transfer(close) }),
+        ),
       ),
       error,
       h("div", { class: "modal-actions" }, h("button", { class: "button ghost", type: "button", text: "Done", onclick: () => close("done") })),
