@@ -304,6 +304,8 @@ async def chat_completions(request: Request) -> Response:
     # The same checks as a web turn's: this server's limits, the models and prompts an administrator allows.
     turn = await allowed_turn(c, user, TurnRequest(message=question, options=_options(c, body)))
     index, defaults = await in_thread(_resolve, c, user, body.model)
+    if index is not None and index.document_count == 0:
+        index = None  # as for a web turn: an index with no documents yet has nothing to search (nor a table)
     route, _reason = should_use_rag(question, force_rag=False, has_indexes=index is not None)
     options = {**defaults, **(turn.options.as_options() if turn.options else {})}
     options.pop("prompt_preset", None)

@@ -330,6 +330,9 @@ def test_another_users_index_is_a_404_and_a_revoked_key_a_401(gateway, api, peop
         alice.chat.completions.create(model=bobs_model, messages=question, stream=True)
     with pytest.raises(openai.NotFoundError):
         alice.models.retrieve(bobs_model)
+    # Bob's own index has no documents yet: like a web turn, the question is answered without searching it.
+    empty = client(gateway, people["bob_key"]).chat.completions.create(model=bobs_model, messages=question)
+    assert empty.model_extra["rag"]["route"] == "direct" and empty.model_extra["rag"]["documents"] == []
 
     revoked = people["revoked"]
     r = api.delete(f"/api/keys/{revoked['id']}", headers=people["alice"])
