@@ -16,12 +16,12 @@ from starlette.responses import JSONResponse, Response
 
 from . import audit, lockout
 from .auth import hash_password, issue_token, verify_password
-from .context import Context, admin_user, ctx, current_user, in_thread, path_id, read_json
+from .context import Context, ctx, current_user, in_thread, path_id, read_json
 from .db import Database, User, iso
-from .errors import Conflict, Forbidden, NotFound, Unauthorized
+from .errors import BadRequest, Conflict, Forbidden, NotFound, Unauthorized
 from .responses import AccountOut, SessionOut, SignedIn, UserOut
 from .routing import ApiRoute, Operation
-from .schemas import Credentials, PasswordChange, Registration, UserUpdate
+from .schemas import Credentials, PasswordChange, PasswordReset, Registration, UserUpdate
 from .sessions import COOKIE, check_origin, clear_session_cookie, set_session_cookie
 
 
@@ -220,8 +220,25 @@ async def session_user(request: Request) -> JSONResponse:
     return JSONResponse(SessionOut(user=UserOut(**user_json(user))).data())
 
 
+async def users_admin(request: Request) -> User:
+    """The signed-in administrator; anyone else gets the 404 of a route that does not exist (the user
+    administration is not there for them, and its ids say nothing)."""
+    user = await current_user(request)
+    if not user.is_admin:
+        raise NotFound(f"no such API route: {request.url.path}", code="not_found")
+    return user
+
+
+def _load_user(c: Context, user_id: int) -> User:
+    with c.db.session() as s:
+        user = s.get(User, user_id)
+    if user is None:
+        raise NotFound(f"no user {user_id}", code="user_not_found")
+    return user
+
+
 async def list_users(request: Request) -> JSONResponse:
-    await admin_user(request)
+    await users_admin(request)
     c = ctx(request)
 
     def load() -> list[dict]:
@@ -232,28 +249,85 @@ async def list_users(request: Request) -> JSONResponse:
 
 
 async def update_user(request: Request) -> JSONResponse:
-    admin, c, user_id = await admin_user(request), ctx(request), path_id(request)
+    """Disable or re-enable an account, make it an administrator or an ordinary user. Rights are read at every
+    request, so a change applies at once to its sessions and API keys; disabling also ends its sessions."""
+    admin, c, user_id = await users_admin(request), ctx(request), path_id(request)
     body = await read_json(request, UserUpdate)
+    if body.disabled is None and body.is_admin is None:
+        raise BadRequest("send `disabled` or `is_admin` (or both)", code="invalid", field="disabled")
+    # Conflicts with who is asking, not malformed requests (the same body changes anyone else): an
+    # administrator cannot lock themself out, so there is always one left.
     if user_id == admin.id and body.disabled:
-        # A conflict with who is asking, not a malformed request (the same body disables anyone else).
         raise Conflict("you cannot disable your own account", code="cannot_disable_self", field="disabled")
+    if user_id == admin.id and body.is_admin is False:
+        raise Conflict(
+            "you cannot take away your own administrator rights: another administrator can",
+            code="cannot_demote_self",
+            field="is_admin",
+        )
+
+    address = audit.address_of(request)
 
     def apply() -> dict:
+        before = _load_user(c, user_id)
+        values = {} if body.is_admin is None else {"is_admin": body.is_admin}
         with c.db.session() as s:
-            if s.get(User, user_id) is None:
-                raise NotFound(f"no user {user_id}", code="user_not_found")
-        if body.disabled:
-            user = revoke_tokens(c.db, user_id, disabled=True)
-        else:
-            with c.db.session() as s:
-                s.exec(update(User).where(col(User.id) == user_id).values(disabled=False))
-                s.commit()
-                user = s.get(User, user_id)
+            changes = update(User).where(col(User.id) == user_id)
+            if body.disabled:
+                # Disabling ends every session (the token version goes up), in the same statement.
+                changes = changes.values(token_version=User.token_version + 1, disabled=True, **values)
+            elif body.disabled is False:
+                changes = changes.values(disabled=False, **values)
+            else:
+                changes = changes.values(**values)
+            s.exec(changes)
+            who = {"username": before.username}
+            if body.disabled is not None and body.disabled != before.disabled:
+                action = "user.disable" if body.disabled else "user.enable"
+                audit.record(s, admin, action, "user", user_id, who, address)
+            if body.is_admin is not None and body.is_admin != before.is_admin:
+                audit.record(
+                    s, admin, "user.role", "user", user_id, {**who, "is_admin": body.is_admin}, address
+                )
+            s.commit()
+            user = s.get(User, user_id)
         if user is None:  # deleted meanwhile
             raise NotFound(f"no user {user_id}", code="user_not_found")
         return account_json(user)
 
     return JSONResponse(await in_thread(apply))
+
+
+async def reset_password(request: Request) -> JSONResponse:
+    """An administrator sets a new password for someone who lost theirs: every session of the account ends
+    (its API keys go on working: revoke them on its keys page, or disable the account)."""
+    admin, c, user_id = await users_admin(request), ctx(request), path_id(request)
+    body = await read_json(request, PasswordReset)
+    if user_id == admin.id:
+        raise Conflict(
+            "change your own password with POST /api/auth/password (it asks for the current one)",
+            code="use_password_change",
+        )
+    target = await in_thread(_load_user, c, user_id)
+    password_hash = await in_thread(hash_password, body.new_password)
+    address = audit.address_of(request)
+
+    def apply() -> User | None:
+        with c.db.session() as s:
+            s.exec(
+                update(User)
+                .where(col(User.id) == user_id)
+                .values(token_version=User.token_version + 1, password_hash=password_hash)
+            )
+            detail = {"username": target.username}
+            audit.record(s, admin, "user.password_reset", "user", user_id, detail, address)
+            s.commit()
+            return s.get(User, user_id)
+
+    user = await in_thread(apply)
+    if user is None:
+        raise NotFound(f"no user {user_id}", code="user_not_found")
+    return JSONResponse(account_json(user))
 
 
 routes = [
@@ -323,15 +397,30 @@ routes = [
         "GET",
         "/api/users",
         list_users,
-        Operation("Every account (administrators)", answer=[AccountOut], tag="accounts"),
+        Operation(
+            "Every account (administrators; a 404 for anyone else)", answer=[AccountOut], tag="accounts"
+        ),
     ),
     ApiRoute(
         "PATCH",
         "/api/users/{id:int}",
         update_user,
         Operation(
-            "Disable or re-enable an account (administrators); disabling ends its sessions",
+            "Disable or re-enable an account, make it an administrator or not (administrators); disabling "
+            "ends its sessions",
             UserUpdate,
+            AccountOut,
+            errors=(404, 409),
+            tag="accounts",
+        ),
+    ),
+    ApiRoute(
+        "POST",
+        "/api/users/{id:int}/password",
+        reset_password,
+        Operation(
+            "Set a new password for another account (administrators); every session of it ends",
+            PasswordReset,
             AccountOut,
             errors=(404, 409),
             tag="accounts",

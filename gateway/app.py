@@ -13,7 +13,7 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, audit, chats, groups, lifecycle, meta, openapi
+from . import accounts, audit, chats, groups, keys_api, lifecycle, meta, openapi, v1
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -70,6 +70,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             registrations=registrations,
             turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
             upload_slots=upload_slots(settings.max_uploads_per_user),
+            key_limits=RateLimit(limit=settings.api_key_rate_limit, window_s=settings.api_key_rate_window_s),
         )
         # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
         sweeper = asyncio.create_task(
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     api_routes = [
         *accounts.routes,
+        *keys_api.routes,
         *chats.routes,
         *turns.routes,
         *builds.routes,  # before indexes: the build routes live there
@@ -100,10 +102,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *audit.routes,
         *meta.routes,
         *openapi.routes,
+        *v1.routes,
     ]
     routes = [
         *api_routes,
         fallback_for(api_routes),  # any other /api request: JSON 405 or 404, never the web files
+        v1.fallback,  # any other /v1 request: the same in OpenAI's shape
         # Last, so /api and /health win; the whole web/ folder (with node_modules) is served.
         Mount("/", app=WebFiles(settings.web_dir), name="web"),
     ]

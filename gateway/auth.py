@@ -114,14 +114,15 @@ class LoginThrottle:
 
 @dataclass
 class RateLimit:
-    """At most `limit` events per key inside a sliding window of `window_s` seconds (new accounts per address)."""
+    """At most `limit` events per key inside a sliding window of `window_s` seconds (new accounts per address,
+    requests per API key)."""
 
     limit: int
     window_s: float
     clock: Callable[[], float] = time.monotonic
     _events: dict[str, deque[float]] = field(default_factory=dict)
 
-    def hit(self, key: str, what: str = "requests") -> None:
+    def hit(self, key: str, what: str = "requests", source: str = "from this address") -> None:
         """Count one event for `key`, or raise 429 (with Retry-After) when the key has used its allowance."""
         now = self.clock()
         events = self._events.setdefault(key, deque())
@@ -130,7 +131,7 @@ class RateLimit:
         if len(events) >= self.limit:
             retry = max(1, math.ceil(self.window_s - (now - events[0])))
             raise TooManyRequests(
-                f"too many {what} from this address: try again in {retry} s",
+                f"too many {what} {source}: try again in {retry} s",
                 code="rate_limited",
                 headers={"Retry-After": str(retry)},
             )

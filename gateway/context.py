@@ -15,6 +15,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from contract.text import lone_surrogate_at, surrogate_refusal
 
+from . import keys
 from .auth import LoginThrottle, RateLimit, read_claims
 from .db import Database, User
 from .errors import BadRequest, Forbidden, NotFound, Unauthorized
@@ -42,6 +43,8 @@ class Context:
     turn_slots: TurnSlots = field(default_factory=lambda: TurnSlots(per_user=4))
     # Uploads being indexed per user (MAX_UPLOADS_PER_USER), counted in this process.
     upload_slots: TurnSlots = field(default_factory=lambda: upload_slots(4))
+    # Requests per API key (API_KEY_RATE_LIMIT per API_KEY_RATE_WINDOW_S), counted in this process.
+    key_limits: RateLimit = field(default_factory=lambda: RateLimit(limit=120, window_s=60))
     # Turns still being read from the worker, kept referenced so a browser disconnect cannot drop them.
     running: set[asyncio.Task] = field(default_factory=set)
     # This process's name as a turn owner (gateway/lifecycle.py), and its running turns by chat id.
@@ -61,10 +64,13 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 async def current_user(request: Request) -> User:
-    """The signed-in user: a valid, unrevoked token of an enabled account (cookie or Bearer), else a 401;
-    a state-changing request signed in by the cookie from another site's page is a 403."""
+    """The signed-in user: a valid, unrevoked token of an enabled account (cookie or Bearer) or a valid API key
+    of one (Bearer, gateway/keys.py), else a 401; a state-changing request signed in by the cookie from another
+    site's page is a 403, and so is a change sent with a read-only key."""
     c = ctx(request)
     token, from_cookie = request_token(request)
+    if not from_cookie and keys.is_api_key(token):
+        return await in_thread(keys.authenticate, c.db, c.key_limits, token, request)
     claims = read_claims(token, c.jwt_secret)
     if from_cookie:
         check_cookie_request(request, c.settings)

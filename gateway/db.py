@@ -212,6 +212,23 @@ class AuditEvent(SQLModel, table=True):
     address: str | None = Field(default=None, max_length=64)
 
 
+class ApiKey(SQLModel, table=True):
+    """A user's API key (gateway/keys.py): only the SHA-256 of its secret is stored, with the visible prefix.
+    A revoked key keeps its row (revoked_at set) so its name and use stay on record; it authenticates nothing."""
+
+    __tablename__ = "api_keys"
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(foreign_key="users.id", index=True)
+    name: str = Field(max_length=100)
+    prefix: str = Field(max_length=32)
+    secret_hash: str = Field(max_length=64, unique=True)
+    read_only: bool = Field(default=False, sa_column_kwargs={"server_default": text("false")})
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
 class SchemaMigration(SQLModel, table=True):
     __tablename__ = "schema_migrations"
     version: int = Field(primary_key=True)
@@ -310,6 +327,11 @@ def _teams(conn: Connection) -> None:
         model.__table__.create(conn, checkfirst=True)
 
 
+def _api_keys(conn: Connection) -> None:
+    """API keys per user (gateway/keys.py)."""
+    ApiKey.__table__.create(conn, checkfirst=True)
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
@@ -318,6 +340,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (4, "the answer stored whole on its message", _answer_whole),
     (5, "failed logins counted in the database", _login_failures),
     (6, "teams: groups, index grants, the audit log", _teams),
+    (7, "API keys per user", _api_keys),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -29,14 +29,17 @@ REF = "#/components/schemas/{model}"
 ID_SCHEMA = {"type": "integer", "minimum": 0, "maximum": MAX_ID}
 
 
-def _path(id_names: tuple[str, ...]) -> tuple[dict, ...]:
-    return tuple({"name": n, "in": "path", "required": True, "schema": ID_SCHEMA} for n in id_names)
+def _path(id_names: tuple[str, ...], schemas: dict[str, dict] | None = None) -> tuple[dict, ...]:
+    schemas = schemas or {}
+    return tuple(
+        {"name": n, "in": "path", "required": True, "schema": schemas.get(n, ID_SCHEMA)} for n in id_names
+    )
 
 
 def _models(ops: list[Operation]) -> list[type[BaseModel]]:
     seen: dict[type[BaseModel], None] = {DocumentOut: None, ErrorBody: None}
     for op in ops:
-        for item in (op.body, op.answer):
+        for item in (op.body, op.answer, op.error):
             model = item[0] if isinstance(item, list) else item
             if isinstance(model, type) and issubclass(model, BaseModel):
                 seen[model] = None
@@ -52,7 +55,10 @@ def _content(item: Any) -> dict:
 
 
 def _has_required(model: type[BaseModel]) -> bool:
-    return any(f.is_required() for f in model.model_fields.values())
+    """A body that must be sent: a required field, or (UserUpdate) one of several ones it names."""
+    extra = model.model_config.get("json_schema_extra")
+    one_of_them = isinstance(extra, dict) and any("required" in branch for branch in extra.get("anyOf", ()))
+    return one_of_them or any(f.is_required() for f in model.model_fields.values())
 
 
 def _operation(route: ApiRoute) -> dict:
@@ -62,7 +68,7 @@ def _operation(route: ApiRoute) -> dict:
     if op.tag:
         out["tags"] = [op.tag]
     if ids:
-        out["parameters"] = list(_path(ids))
+        out["parameters"] = list(_path(ids, op.params))
     for name, (schema, description) in (op.query or {}).items():
         out.setdefault("parameters", []).append(
             {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
@@ -93,7 +99,7 @@ def _operation(route: ApiRoute) -> dict:
         codes.add(401)
         codes.add(403)  # an administrator's route, or a cookie-signed change from another site's page
     for code in sorted(codes):
-        responses[str(code)] = {"description": "error", "content": _content(ErrorBody)}
+        responses[str(code)] = {"description": "error", "content": _content(op.error or ErrorBody)}
     if route.doc_path == "/health":
         responses["503"] = {"description": "a part is down", "content": _content(Health)}
     out["responses"] = responses
@@ -128,7 +134,8 @@ def spec(app_routes: Iterable[BaseRoute], settings: Settings | None = None) -> d
             "title": "rag-chat gateway",
             "version": "1",
             "description": "Accounts, chats and indexes for the web chat and scripts; see "
-            "docs/design/GATEWAY_API.md. Sign in with `Authorization: Bearer <token>` (from register or login) "
+            "docs/design/GATEWAY_API.md. Sign in with `Authorization: Bearer <token>` (from register or login, or "
+            "an API key from /api/keys) "
             f"or the HttpOnly `{COOKIE}` cookie the web gets; a change signed in by the cookie must come from "
             "this site (its Origin header).",
         },

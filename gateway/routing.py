@@ -34,6 +34,10 @@ class Operation:
     links: Links | None = None
     # Optional query parameters: {name: (JSON schema, description)}.
     query: dict[str, tuple[dict, str]] | None = None
+    # The errors' body when it is not ErrorBody (/v1 answers in OpenAI's shape), and the schemas of path
+    # parameters that are not row ids.
+    error: type[BaseModel] | None = None
+    params: dict[str, dict] | None = None
 
 
 class ApiRoute(Route):

@@ -49,8 +49,27 @@ class PasswordChange(Body):
     new_password: str = Field(min_length=8, max_length=1024)
 
 
+def _boolean(schema: dict) -> None:
+    """A field the model takes as null too (= left out), documented as what to send: a boolean."""
+    schema.pop("anyOf", None)
+    schema["type"] = "boolean"
+
+
 class UserUpdate(Body):
-    disabled: bool
+    """An administrator's change to an account; a field left out is left as it is (at least one is needed)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": ["disabled"]}, {"required": ["is_admin"]}]}
+    )
+
+    disabled: bool | None = Field(default=None, json_schema_extra=_boolean)
+    is_admin: bool | None = Field(default=None, json_schema_extra=_boolean)
+
+
+class PasswordReset(Body):
+    """An administrator sets a new password for an account (every session of it ends)."""
+
+    new_password: str = Field(min_length=8, max_length=1024)
 
 
 def _dataset_names(values: list[str] | None) -> list[str] | None:

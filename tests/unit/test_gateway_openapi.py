@@ -35,7 +35,7 @@ def _app_operations(app) -> set[tuple[str, str]]:
     for route in app.routes:
         if not isinstance(route, Route) or "{rest:path}" in route.path:
             continue  # the JSON 404/405 for any other /api path is not an operation
-        path = re.sub(r"\{(\w+):int\}", r"{\1}", route.path)
+        path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
         for method in route.methods or ():
             if method != "HEAD":
                 ops.add((method.lower(), path))

@@ -101,6 +101,16 @@ export const api = {
     call("POST", "/api/auth/password", { current_password: currentPassword, new_password: newPassword }),
   listUsers: () => call("GET", "/api/users"),
   setUserDisabled: (id, disabled) => call("PATCH", `/api/users/${encodeURIComponent(id)}`, { disabled }),
+  /** An administrator's change to an account: `{disabled}` and/or `{is_admin}`. */
+  updateUser: (id, fields) => call("PATCH", `/api/users/${encodeURIComponent(id)}`, fields),
+  resetPassword: (id, newPassword) =>
+    call("POST", `/api/users/${encodeURIComponent(id)}/password`, { new_password: newPassword }),
+
+  /** This user's API keys (never their secrets). */
+  listKeys: async () => list(await call("GET", "/api/keys"), "keys"),
+  /** `{name, expires_at, read_only}`; the answer's `key` is the secret, shown this once. */
+  createKey: (fields) => call("POST", "/api/keys", fields),
+  revokeKey: (id) => call("DELETE", `/api/keys/${encodeURIComponent(id)}`),
 
   listChats: async () => list(await call("GET", "/api/chats"), "chats"),
   createChat: (fields = {}) => call("POST", "/api/chats", fields),

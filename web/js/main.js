@@ -7,7 +7,9 @@ import { currentTheme, toggleTheme } from "./theme.js";
 import { AdminView, adminLink } from "./views/admin.js";
 import { ChatList } from "./views/chatlist.js";
 import { ChatView } from "./views/chat.js";
+import "./views/admin_users.js"; // its "Users" tab in the Admin area
 import { DocumentsView } from "./views/documents.js";
+import { KeysView } from "./views/keys.js";
 import { renderLogin } from "./views/login.js";
 import { SettingsView } from "./views/settings.js";
 
@@ -44,6 +46,7 @@ function route() {
   shell.closeSidebar();
   if (name === "documents") currentView = new DocumentsView(shell, id);
   else if (name === "settings") currentView = new SettingsView(shell);
+  else if (name === "keys") currentView = new KeysView(shell);
   else if (name === "admin") currentView = new AdminView(shell, id);
   else currentView = new ChatView(shell, id);
   shell.chatList.setActive(name === "chats" ? id : null);
@@ -131,6 +134,7 @@ function ensureShell() {
       "nav",
       { class: "sidebar-nav", "aria-label": "Sections" },
       navLink("documents", "Documents", "files"),
+      navLink("keys", "API keys", "key"),
       navLink("settings", "Settings", "settings"),
       adminLink(navLink),
     ),

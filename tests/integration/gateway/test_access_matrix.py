@@ -1,5 +1,6 @@
-"""Every `/api` route that names an index, a group or the audit log, for every kind of caller: the exact status of
-each cell, on SQLite and (TEST_DATABASE_URL) Postgres.
+"""Every `/api` route that names an index, a group or the audit log, and the gateway's `/v1`, for every kind of
+caller (people, and the owner's API keys: read-only, revoked, expired): the exact status of each cell, on SQLite
+and (TEST_DATABASE_URL) Postgres.
 
 One in-process gateway per database (the real app, its real database, no worker process: a route that passes the
 access check and then needs the worker answers 503 `worker_unavailable`, which is how a cell shows the gate let
@@ -14,15 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.db import IndexDocument
+from gateway.db import Index, IndexDocument
 from gateway.settings import Settings
 from tests.integration.ops.postgres import database_urls, fresh_database
 from tests.servers import free_port
@@ -30,7 +33,7 @@ from tests.servers import free_port
 PASSWORD = "a long enough passphrase"
 # Who asks. Each signs in as a user whose only link to the index under test ("the index") is the one named;
 # `reader_everyone` asks about an index shared with everyone signed in (and nothing else).
-COLUMNS = (
+HUMANS = (
     "owner",  # owns the index
     "admin",  # an administrator, no grant
     "editor",  # a user grant, editor
@@ -40,6 +43,21 @@ COLUMNS = (
     "non_member",  # signed in, nothing shared with them
     "disabled",  # had a reader grant; the account was disabled
 )
+# The owner's API keys (gateway/keys.py): each acts as the owner would, within what it may do.
+KEYS = (
+    "read_only_key",  # may ask and read, change nothing: 403 `read_only_key` for anything else
+    "revoked_key",  # revoked: 401 `key_revoked`
+    "expired_key",  # past its expiry: 401 `key_expired`
+    "full_key",  # a full key: exactly the owner, but it cannot make keys (403 `session_required`)
+    "disabled_key",  # a key of the disabled account: 401 `account_disabled`
+)
+COLUMNS = HUMANS + KEYS
+UNAUTHORIZED = {
+    "disabled": "account_disabled",
+    "revoked_key": "key_revoked",
+    "expired_key": "key_expired",
+    "disabled_key": "account_disabled",
+}
 
 W = 503  # passed the access check, then needed the worker (absent here)
 
@@ -47,7 +65,7 @@ W = 503  # passed the access check, then needed the worker (absent here)
 @dataclass
 class Row:
     method: str
-    path: str  # {index} {document} {grant} {group} {member} {chat} are filled per cell
+    path: str  # {index} {document} {grant} {group} {member} {chat} {model} {key} {spare} are filled per cell
     expect: tuple[int, ...]
     body: dict | Callable[[], dict] | None = None
     fresh: bool = False  # the cell changes what it acts on: each cell gets its own copy of the index
@@ -61,78 +79,181 @@ _names = itertools.count()
 
 #       owner admin editor r_user r_group r_every non_member disabled
 ROWS = [
-    Row("GET", "/api/indexes", (200, 200, 200, 200, 200, 200, 200, 401)),
-    Row("GET", "/api/indexes/{index}", (200, 200, 200, 200, 200, 200, 404, 401)),
-    Row("GET", "/api/indexes/{index}/datasets", (200, 200, 200, 200, 200, 200, 404, 401)),
+    Row("GET", "/api/indexes", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("GET", "/api/indexes/{index}", (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401, 200, 401)),
     Row(
-        "PATCH", "/api/indexes/{index}", (200, 200, 200, 404, 404, 404, 404, 401), {"description": "changed"}
+        "GET",
+        "/api/indexes/{index}/datasets",
+        (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401, 200, 401),
     ),
-    Row("POST", "/api/indexes/{index}/documents", (W, W, W, 404, 404, 404, 404, 401), files=True),
-    Row("GET", "/api/indexes/{index}/documents/{document}/download", (W, W, W, W, W, W, 404, 401)),
-    Row("DELETE", "/api/indexes/{index}/documents/{document}", (W, W, W, 404, 404, 404, 404, 401)),
-    Row("GET", "/api/indexes/{index}/build", (204, 204, 204, 204, 204, 204, 404, 401)),
-    Row("POST", "/api/indexes/{index}/build", (W, W, W, 404, 404, 404, 404, 401), {}, fresh=True),
-    Row("DELETE", "/api/indexes/{index}", (W, W, 404, 404, 404, 404, 404, 401)),
-    Row("GET", "/api/indexes/{index}/grants", (200, 200, 404, 404, 404, 404, 404, 401)),
+    Row(
+        "PATCH",
+        "/api/indexes/{index}",
+        (200, 200, 200, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
+        {"description": "changed"},
+    ),
+    Row(
+        "POST",
+        "/api/indexes/{index}/documents",
+        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401, W, 401),
+        files=True,
+    ),
+    Row(
+        "GET",
+        "/api/indexes/{index}/documents/{document}/download",
+        (W, W, W, W, W, W, 404, 401, W, 401, 401, W, 401),
+    ),
+    Row(
+        "DELETE",
+        "/api/indexes/{index}/documents/{document}",
+        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401, W, 401),
+    ),
+    Row(
+        "GET", "/api/indexes/{index}/build", (204, 204, 204, 204, 204, 204, 404, 401, 204, 401, 401, 204, 401)
+    ),
+    Row(
+        "POST",
+        "/api/indexes/{index}/build",
+        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401, W, 401),
+        {},
+        fresh=True,
+    ),
+    Row("DELETE", "/api/indexes/{index}", (W, W, 404, 404, 404, 404, 404, 401, 403, 401, 401, W, 401)),
+    Row(
+        "GET",
+        "/api/indexes/{index}/grants",
+        (200, 200, 404, 404, 404, 404, 404, 401, 200, 401, 401, 200, 401),
+    ),
     Row(
         "POST",
         "/api/indexes/{index}/grants",
-        (200, 200, 404, 404, 404, 404, 404, 401),
+        (200, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
         {"subject_type": "user", "username": "spare", "role": "reader"},  # spare already reads it: 200
     ),
     Row(
         "PATCH",
         "/api/indexes/{index}/grants/{grant}",
-        (200, 200, 404, 404, 404, 404, 404, 401),
+        (200, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
         {"role": "reader"},
     ),
     Row(
-        "DELETE", "/api/indexes/{index}/grants/{grant}", (204, 204, 404, 404, 404, 404, 404, 401), fresh=True
+        "DELETE",
+        "/api/indexes/{index}/grants/{grant}",
+        (204, 204, 404, 404, 404, 404, 404, 401, 403, 401, 401, 204, 401),
+        fresh=True,
     ),
     Row(
         "POST",
         "/api/indexes/{index}/owner",
-        (200, 200, 404, 404, 404, 404, 404, 401),
+        (200, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
         {"username": "spare"},
         fresh=True,
     ),
-    Row("POST", "/api/chats", (201, 201, 201, 201, 201, 201, 404, 401), {"index_ids": ["{index}"]}),
-    Row("PATCH", "/api/chats/{chat}", (200, 200, 200, 200, 200, 200, 404, 401), {"index_ids": ["{index}"]}),
-    Row("GET", "/api/groups", (200, 200, 200, 200, 200, 200, 200, 401)),
+    Row(
+        "POST",
+        "/api/chats",
+        (201, 201, 201, 201, 201, 201, 404, 401, 201, 401, 401, 201, 401),
+        {"index_ids": ["{index}"]},
+    ),
+    Row(
+        "PATCH",
+        "/api/chats/{chat}",
+        (200, 200, 200, 200, 200, 200, 404, 401, 403, 401, 401, 200, 401),
+        {"index_ids": ["{index}"]},
+    ),
+    Row("GET", "/api/groups", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
     Row(
         "POST",
         "/api/groups",
-        (403, 201, 403, 403, 403, 403, 403, 401),
+        (403, 201, 403, 403, 403, 403, 403, 401, 403, 401, 401, 403, 401),
         lambda: {"name": f"team {next(_names)}"},
     ),
-    Row("GET", "/api/groups/{group}", (404, 200, 404, 404, 200, 404, 404, 401)),
-    Row("PATCH", "/api/groups/{group}", (404, 200, 404, 404, 403, 404, 404, 401), {"description": "x"}),
+    Row("GET", "/api/groups/{group}", (404, 200, 404, 404, 200, 404, 404, 401, 404, 401, 401, 404, 401)),
     Row(
-        "POST", "/api/groups/{group}/members", (404, 200, 404, 404, 403, 404, 404, 401), {"username": "spare"}
+        "PATCH",
+        "/api/groups/{group}",
+        (404, 200, 404, 404, 403, 404, 404, 401, 403, 401, 401, 404, 401),
+        {"description": "x"},
     ),
     Row(
-        "DELETE", "/api/groups/{group}/members/{member}", (404, 204, 404, 404, 403, 404, 404, 401), fresh=True
+        "POST",
+        "/api/groups/{group}/members",
+        (404, 200, 404, 404, 403, 404, 404, 401, 403, 401, 401, 404, 401),
+        {"username": "spare"},
     ),
-    Row("DELETE", "/api/groups/{group}", (404, 204, 404, 404, 403, 404, 404, 401), fresh=True),
-    Row("GET", "/api/audit", (403, 200, 403, 403, 403, 403, 403, 401)),
+    Row(
+        "DELETE",
+        "/api/groups/{group}/members/{member}",
+        (404, 204, 404, 404, 403, 404, 404, 401, 403, 401, 401, 404, 401),
+        fresh=True,
+    ),
+    Row(
+        "DELETE",
+        "/api/groups/{group}",
+        (404, 204, 404, 404, 403, 404, 404, 401, 403, 401, 401, 404, 401),
+        fresh=True,
+    ),
+    Row("GET", "/api/audit", (403, 200, 403, 403, 403, 403, 403, 401, 403, 401, 401, 403, 401)),
+    # API keys ({key}: a key of the owner's, made for the cell) and the user administration ({spare}: a user).
+    Row("GET", "/api/keys", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row(
+        "POST",
+        "/api/keys",
+        (201, 201, 201, 201, 201, 201, 201, 401, 403, 401, 401, 403, 401),
+        {"name": "cell"},
+    ),
+    Row("DELETE", "/api/keys/{key}", (204, 404, 404, 404, 404, 404, 404, 401, 403, 401, 401, 204, 401)),
+    Row("GET", "/api/users", (404, 200, 404, 404, 404, 404, 404, 401, 404, 401, 401, 404, 401)),
+    Row(
+        "PATCH",
+        "/api/users/{spare}",
+        (404, 200, 404, 404, 404, 404, 404, 401, 403, 401, 401, 404, 401),
+        {"is_admin": False},
+    ),
+    # The gateway's OpenAI-compatible surface ({model}: the index's `rag/<worker table>`); errors in OpenAI's shape.
+    Row("GET", "/v1/models", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("GET", "/v1/models/{model}", (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401, 200, 401)),
+    Row(
+        "POST",
+        "/v1/chat/completions",
+        (W, W, W, W, W, W, 404, 401, W, 401, 401, W, 401),
+        {"model": "{model}", "messages": [{"role": "user", "content": "What does the handbook say?"}]},
+    ),
     # The routes that name no index: the caller's own things, another's chat, the administrator's.
-    Row("GET", "/api/auth/me", (200, 200, 200, 200, 200, 200, 200, 401)),
-    Row("GET", "/api/auth/session", (200, 200, 200, 200, 200, 200, 200, 200)),  # {"user": null} when disabled
-    Row("GET", "/api/chats", (200, 200, 200, 200, 200, 200, 200, 401)),
-    Row("GET", "/api/chats/{chat}", (200, 200, 200, 200, 200, 200, 200, 401)),
-    Row("GET", "/api/chats/{owner_chat}", (200, 404, 404, 404, 404, 404, 404, 401)),
-    Row("PATCH", "/api/chats/{owner_chat}", (200, 404, 404, 404, 404, 404, 404, 401), {"title": "mine"}),
+    Row("GET", "/api/auth/me", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    # {"user": null} for the disabled account and the dead keys: a 200 either way.
+    Row("GET", "/api/auth/session", (200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200)),
+    Row("GET", "/api/chats", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("GET", "/api/chats/{chat}", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("GET", "/api/chats/{owner_chat}", (200, 404, 404, 404, 404, 404, 404, 401, 200, 401, 401, 200, 401)),
     Row(
-        "POST", "/api/chats/{owner_chat}/messages", (W, 404, 404, 404, 404, 404, 404, 401), {"message": "hi"}
+        "PATCH",
+        "/api/chats/{owner_chat}",
+        (200, 404, 404, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401),
+        {"title": "mine"},
     ),
-    Row("POST", "/api/chats/{chat}/stop", (409, 409, 409, 409, 409, 409, 409, 401)),
-    Row("GET", "/api/chats/{chat}/stream", (204, 204, 204, 204, 204, 204, 204, 401)),
-    Row("GET", "/api/chats/{owner_chat}/stream", (204, 404, 404, 404, 404, 404, 404, 401)),
-    Row("DELETE", "/api/chats/{owner_chat}", (204, 404, 404, 404, 404, 404, 404, 401), fresh=True),
-    Row("GET", "/api/settings", (200, 200, 200, 200, 200, 200, 200, 401)),
-    Row("PUT", "/api/settings", (403, 200, 403, 403, 403, 403, 403, 401), {}),
-    Row("GET", "/api/users", (403, 200, 403, 403, 403, 403, 403, 401)),
-    Row("GET", "/api/openapi.json", (200, 200, 200, 200, 200, 200, 200, 200)),
+    Row(
+        "POST",
+        "/api/chats/{owner_chat}/messages",
+        (W, 404, 404, 404, 404, 404, 404, 401, W, 401, 401, W, 401),
+        {"message": "hi"},
+    ),
+    Row("POST", "/api/chats/{chat}/stop", (409, 409, 409, 409, 409, 409, 409, 401, 409, 401, 401, 409, 401)),
+    Row("GET", "/api/chats/{chat}/stream", (204, 204, 204, 204, 204, 204, 204, 401, 204, 401, 401, 204, 401)),
+    Row(
+        "GET",
+        "/api/chats/{owner_chat}/stream",
+        (204, 404, 404, 404, 404, 404, 404, 401, 204, 401, 401, 204, 401),
+    ),
+    Row(
+        "DELETE",
+        "/api/chats/{owner_chat}",
+        (204, 404, 404, 404, 404, 404, 404, 401, 403, 401, 401, 204, 401),
+        fresh=True,
+    ),
+    Row("GET", "/api/settings", (200, 200, 200, 200, 200, 200, 200, 401, 200, 401, 401, 200, 401)),
+    Row("PUT", "/api/settings", (403, 200, 403, 403, 403, 403, 403, 401, 403, 401, 401, 403, 401), {}),
+    Row("GET", "/api/openapi.json", (200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200)),
 ]
 # Left out on purpose: register and login (no principal), logout and the password change (they end the
 # principal's sessions; tests/unit/test_gateway_api.py and test_accounts_security.py cover them).
@@ -172,12 +293,34 @@ def _register(w: World, name: str) -> None:
     w.ids[name] = r.json()["user"]["id"]
 
 
+def new_key(w: World, who: str, **fields) -> dict:
+    r = w.call(who, "POST", "/api/keys", json={"name": "matrix", **fields})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
 def principals(w: World) -> None:
     """Sign every principal in (the first account is the administrator)."""
     for name in ("admin", "owner", "editor", "reader_user", "reader_group", "reader_everyone", "non_member"):
         _register(w, name)
     _register(w, "disabled")
     _register(w, "spare")  # a user the table shares with, adds to groups and transfers to
+    # The owner's keys; the expired one is made to expire a moment from now (a past expiry is refused).
+    w.headers["read_only_key"] = {"Authorization": f"Bearer {new_key(w, 'owner', read_only=True)['key']}"}
+    revoked = new_key(w, "owner")
+    assert w.call("owner", "DELETE", f"/api/keys/{revoked['id']}").status_code == 204
+    w.headers["revoked_key"] = {"Authorization": f"Bearer {revoked['key']}"}
+    soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    w.headers["expired_key"] = {"Authorization": f"Bearer {new_key(w, 'owner', expires_at=soon)['key']}"}
+    w.headers["full_key"] = {"Authorization": f"Bearer {new_key(w, 'owner')['key']}"}
+    w.headers["disabled_key"] = {"Authorization": f"Bearer {new_key(w, 'disabled')['key']}"}  # disabled later
+
+
+def wait_expired(w: World) -> None:
+    deadline = time.monotonic() + 30
+    while w.call("expired_key", "GET", "/api/auth/me").status_code == 200:
+        assert time.monotonic() < deadline, "the key never expired"
+        time.sleep(0.1)
 
 
 def share(w: World, index_id: int, everyone: bool) -> None:
@@ -210,9 +353,10 @@ def make_index(w: World, everyone: bool) -> dict:
         s.add(doc)
         s.commit()
         document = doc.id
+        worker_name = s.get(Index, index_id).worker_name
     grants = w.call("owner", "GET", f"/api/indexes/{index_id}/grants").json()
     spare = next(g["id"] for g in grants if g["subject_name"] == "spare")
-    return {"index": index_id, "document": document, "grant": spare}
+    return {"index": index_id, "document": document, "grant": spare, "model": f"rag/{worker_name}"}
 
 
 def make_group(w: World) -> dict:
@@ -241,12 +385,15 @@ def world(request, tmp_path_factory):
         w.shared = make_index(w, everyone=False)
         w.public = make_index(w, everyone=True)
         w.chats = {}
-        for who in COLUMNS[:-1]:
+        for who in HUMANS[:-1]:
             w.chats[who] = w.call(who, "POST", "/api/chats", json={}).json()["id"]
+        for who in KEYS:  # the keys ask about the owner's chat (the disabled account's key gets no further)
+            w.chats[who] = w.chats["owner"]
         # Disabled last: everything above it was set up while it could still sign in.
         w.chats["disabled"] = w.call("disabled", "POST", "/api/chats", json={}).json()["id"]
         r = w.call("admin", "PATCH", f"/api/users/{w.ids['disabled']}", json={"disabled": True})
         assert r.status_code == 200, r.text
+        wait_expired(w)
         yield w
 
 
@@ -269,9 +416,11 @@ def run_cell(w: World, row: Row, who: str) -> tuple[int, dict | None, int]:
     group = (
         make_group(w) if row.fresh and "{group}" in row.path else {"group": w.group, "member": w.ids["spare"]}
     )
-    ids = {**objects, **group, "chat": w.chats[who], "owner_chat": w.chats["owner"]}
+    ids = {**objects, **group, "chat": w.chats[who], "owner_chat": w.chats["owner"], "spare": w.ids["spare"]}
     if row.fresh and "{owner_chat}" in row.path:  # a chat of the owner's that others try to delete
         ids["owner_chat"] = w.call("owner", "POST", "/api/chats", json={}).json()["id"]
+    if "{key}" in row.path:
+        ids["key"] = new_key(w, "owner")["id"]
     path = row.path.format(**ids)
     body = row.body() if callable(row.body) else row.body
     kw: dict = {}
@@ -296,9 +445,20 @@ def test_each_route_answers_each_principal_with_its_status(world, row) -> None:
                 body.get("field") == "index_ids" and body["code"] == "index_not_found"
             ), (who, body)
         if status == W:
-            assert body["code"] == "worker_unavailable", (who, body)
+            assert code_of(body) == "worker_unavailable", (who, body)
         if status == 401:
-            assert body["code"] == "account_disabled", (who, body)
+            assert code_of(body) == UNAUTHORIZED[who], (who, body)
+        if who == "read_only_key" and status == 403 and row.method != "GET":
+            assert code_of(body) == "read_only_key", body
+        if who == "full_key" and status == 403 and (row.method, row.path) == ("POST", "/api/keys"):
+            assert code_of(body) == "session_required", body
+        if status == 404 and row.path.startswith("/v1/"):
+            assert code_of(body) == "model_not_found", (who, body)  # another user's index: no such model
+
+
+def code_of(body: dict) -> str:
+    """The error's code: `/api`'s `{"error", "code"}` or `/v1`'s OpenAI `{"error": {"code", ...}}`."""
+    return body["error"]["code"] if isinstance(body.get("error"), dict) else body["code"]
 
 
 def test_every_cell_is_covered() -> None:
@@ -315,7 +475,7 @@ def test_the_index_list_says_what_each_user_may_do_and_where_it_comes_from(world
         assert r.status_code == 200
         return {i["id"]: i for i in r.json()}
 
-    seen = {who: listed(who) for who in COLUMNS[:-1]}
+    seen = {who: listed(who) for who in HUMANS[:-1]}
     expected = {
         "owner": ("owner", "owner", None),
         "admin": ("owner", "admin", None),
@@ -453,7 +613,7 @@ def test_a_transfer_hands_the_index_over_and_the_audit_log_tells_who_did_what(wo
     created = w.call("admin", "GET", "/api/audit", params={"action": "user.create", "limit": 200}).json()[
         "events"
     ]
-    assert {e["detail"]["username"] for e in created} >= set(COLUMNS)
+    assert {e["detail"]["username"] for e in created} >= set(HUMANS)
 
     assert w.call("admin", "PUT", "/api/settings", json={"allowed_models": []}).status_code == 200
     settings = w.call("admin", "GET", "/api/audit", params={"action": "settings.update", "limit": 1}).json()

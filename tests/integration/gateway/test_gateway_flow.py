@@ -1,8 +1,12 @@
 """A user's whole path through the real gateway and the real worker (fake Ollama the only stand-in):
-register, log in, build an index from an upload, chat with it, come back and find everything as it was."""
+register, log in, build an index from an upload, chat with it, come back and find everything as it was; and a
+program's path: the official `openai` client with the user's API key on the gateway's /v1 (these share the
+module's stack: no worker of their own)."""
 
 from __future__ import annotations
 
+import httpx
+import openai
 import pytest
 
 from tests.integration.gateway.helpers import DUCK, register, stream_turn, wait_idle
@@ -228,3 +232,114 @@ def test_health_is_ok_then_names_ollama_when_it_stops(api, ollama):
 def test_the_web_app_is_served_at_the_root(api):
     r = api.get("/")
     assert r.status_code == 200 and "<html" in r.text.lower()
+
+
+# -- /v1 with an API key, through the official openai client ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def people(api) -> dict:
+    alice, bob = register(api, "v1alice"), register(api, "v1bob")
+    index = api.post("/api/indexes", json={"name": "Birds"}, headers=alice).json()
+    r = api.post(
+        f"/api/indexes/{index['id']}/documents",
+        headers=alice,
+        data={"dataset": "animals"},
+        files={"file": ("duck.md", DUCK.read_bytes(), "text/markdown")},
+    )
+    assert r.status_code == 201, r.text
+    theirs = api.post("/api/indexes", json={"name": "Bob's secrets"}, headers=bob).json()
+
+    def key(headers: dict, **fields) -> dict:
+        r = api.post("/api/keys", json={"name": "program", **fields}, headers=headers)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    return {
+        "alice": alice,
+        "index": index,
+        "bobs_index": theirs,
+        "key": key(alice)["key"],
+        "read_only": key(alice, read_only=True)["key"],
+        "revoked": key(alice),
+        "bob_key": key(bob)["key"],
+    }
+
+
+def client(gateway, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def test_the_openai_client_with_a_key_lists_only_its_users_indexes_and_gets_cited_answers(
+    gateway, api, people
+):
+    alice = client(gateway, people["key"])
+    models = {m.id: m for m in alice.models.list()}
+    rag = sorted(m for m in models if m.startswith("rag/"))
+    assert len(rag) == 1 and set(models) == {"direct", *rag}
+    model = models[rag[0]]
+    assert (model.model_extra["name"], model.model_extra["index_id"]) == ("Birds", people["index"]["id"])
+    assert model.owned_by == "v1alice"
+    assert alice.models.retrieve(model.id).id == model.id
+    bobs = {m.id for m in client(gateway, people["bob_key"]).models.list()}
+    assert model.id not in bobs and len(bobs) == 2  # direct and his own
+
+    # Streamed: tokens as they come, the sources list, then the structured answer on the last chunk.
+    chunks = list(
+        alice.chat.completions.create(
+            model=model.id,
+            messages=[{"role": "user", "content": "What does a duck like to eat?"}],
+            stream=True,
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "[S1]" in text and "Sources:" in text and "duck.md" in text
+    answer = chunks[-1].model_extra["rag"]
+    assert answer["route"] == "rag" and answer["citations"]
+    cited = {c["ref"] for c in answer["citations"]}
+    assert {d["filename"] for d in answer["documents"] if d["ref"] in cited} == {"duck.md"}
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+    # Not streamed, through a read-only key (it may ask).
+    done = client(gateway, people["read_only"]).chat.completions.create(
+        model=model.id,
+        messages=[{"role": "user", "content": "What should a duck wear when swimming?"}],
+        max_tokens=100_000,  # an upper bound, as for OpenAI: past this server's MAX_TOKENS it is that
+    )
+    assert "[S" in done.choices[0].message.content and done.model_extra["rag"]["citations"]
+
+    # Smalltalk over an index: the layer-1 gate answers it directly, nothing is searched.
+    hello = alice.chat.completions.create(model=model.id, messages=[{"role": "user", "content": "thanks!"}])
+    assert hello.model_extra["rag"]["route"] == "direct" and hello.model_extra["rag"]["documents"] == []
+
+
+def test_another_users_index_is_a_404_and_a_revoked_key_a_401(gateway, api, people):
+    alice = client(gateway, people["key"])
+    bobs_model = next(
+        m["id"]
+        for m in api.get("/v1/models", headers={"Authorization": f"Bearer {people['bob_key']}"}).json()[
+            "data"
+        ]
+        if m.get("index_id") == people["bobs_index"]["id"]
+    )
+    question = [{"role": "user", "content": "What are Bob's secrets?"}]
+    with pytest.raises(openai.NotFoundError) as err:
+        alice.chat.completions.create(model=bobs_model, messages=question)
+    assert err.value.body["code"] == "model_not_found" and "Bob" not in err.value.message
+    with pytest.raises(openai.NotFoundError):
+        alice.chat.completions.create(model=bobs_model, messages=question, stream=True)
+    with pytest.raises(openai.NotFoundError):
+        alice.models.retrieve(bobs_model)
+    # Bob's own index has no documents yet: like a web turn, the question is answered without searching it.
+    empty = client(gateway, people["bob_key"]).chat.completions.create(model=bobs_model, messages=question)
+    assert empty.model_extra["rag"]["route"] == "direct" and empty.model_extra["rag"]["documents"] == []
+
+    revoked = people["revoked"]
+    r = api.delete(f"/api/keys/{revoked['id']}", headers=people["alice"])
+    assert r.status_code == 204
+    with pytest.raises(openai.AuthenticationError) as err:
+        client(gateway, revoked["key"]).models.list()
+    assert err.value.body["code"] == "key_revoked"
+    # A session token works on /v1 as well (the web's own scripts, a quick curl).
+    r = httpx.get(f"{gateway.url}/v1/models", headers=people["alice"], timeout=30)
+    assert r.status_code == 200 and len(r.json()["data"]) == 2
