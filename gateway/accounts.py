@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from . import audit, lockout
+from .access import get_row
 from .auth import hash_password, issue_token, verify_password
 from .context import Context, ctx, current_user, in_thread, path_id, read_json
 from .db import Database, User, iso
@@ -231,7 +232,7 @@ async def users_admin(request: Request) -> User:
 
 def _load_user(c: Context, user_id: int) -> User:
     with c.db.session() as s:
-        user = s.get(User, user_id)
+        user = get_row(s, User, user_id)  # an id past Postgres' integers is a 404 too, not a 500
     if user is None:
         raise NotFound(f"no user {user_id}", code="user_not_found")
     return user

@@ -568,6 +568,17 @@ def test_bad_shares_and_groups_are_4xx_that_say_what_is_wrong(world) -> None:
     assert w.call("spare", "GET", f"/api/indexes/{mine}").json()["access"] == "owner"
 
 
+def test_the_user_administration_answers_an_id_past_the_databases_integers_with_404(world) -> None:
+    """A client's id too large for Postgres' integers names no account: a 404 that says so, not a 500."""
+    w, huge = world, 2**62
+    for method, path, body in (
+        ("PATCH", f"/api/users/{huge}", {"disabled": True}),
+        ("POST", f"/api/users/{huge}/password", {"new_password": "a-long-new-password"}),
+    ):
+        r = w.call("admin", method, path, json=body)
+        assert (r.status_code, r.json()["code"]) == (404, "user_not_found"), (method, path, r.text)
+
+
 def test_a_transfer_hands_the_index_over_and_the_audit_log_tells_who_did_what(world) -> None:
     w = world
     index = w.call("owner", "POST", "/api/indexes", json={"name": "to hand over"}).json()["id"]
