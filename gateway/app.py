@@ -13,7 +13,7 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, chats, lifecycle, meta, openapi
+from . import accounts, chats, lifecycle, meta, metrics, openapi, telemetry
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -87,6 +87,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 await asyncio.gather(*pending, return_exceptions=True)
             await worker.aclose()
             db.dispose()
+            telemetry.shutdown_tracing()
 
     api_routes = [
         *accounts.routes,
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *indexes.routes,
         *meta.routes,
         *openapi.routes,
+        *metrics.routes,
     ]
     routes = [
         *api_routes,
@@ -106,10 +108,16 @@ def create_app(settings: Settings | None = None) -> Starlette:
     # Multipart framing adds a little to the file: allow for it; the file itself is then checked exactly.
     upload_limit = settings.max_upload_bytes + 64 * 1024
     middleware = [
+        # A span per request when OTLP export is configured (nothing otherwise); then the request id, the HTTP
+        # metrics and the access line, so that refusals below are counted and logged too.
+        *telemetry.tracing_middleware(),
+        Middleware(telemetry.RequestObserver),
         # First: the client address every limit below counts by.
         Middleware(ProxyHeaders, trusted=settings.forwarded_allow_ips),
         Middleware(SecurityHeaders),
         Middleware(HostCheck, allowed=AllowedHosts.parse(settings.allowed_hosts)),
         Middleware(BodyLimit, default=settings.max_json_bytes, larger=[(indexes.UPLOAD_PATH, upload_limit)]),
+        # Last: it sees the route the router matched, for the metrics' route label.
+        Middleware(telemetry.RouteNote),
     ]
     return Starlette(routes=routes, middleware=middleware, exception_handlers=HANDLERS, lifespan=lifespan)

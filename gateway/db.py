@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -298,6 +299,22 @@ def private_file(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
+class TimedSession(Session):
+    """A session whose time held (from `with` to its end) feeds gateway_db_session_seconds."""
+
+    def __enter__(self):
+        self._opened = time.monotonic()
+        return super().__enter__()
+
+    def __exit__(self, *exc_info):
+        try:
+            return super().__exit__(*exc_info)
+        finally:
+            from .metrics import DB_SESSION
+
+            DB_SESSION.observe(time.monotonic() - self._opened)
+
+
 class Database:
     """The engine plus a session factory; `migrate()` brings the schema to SCHEMA_VERSION."""
 
@@ -306,7 +323,7 @@ class Database:
         self.engine = make_engine(url)
 
     def session(self) -> Session:
-        return Session(self.engine, expire_on_commit=False)
+        return TimedSession(self.engine, expire_on_commit=False)
 
     def migrate(self) -> int:
         SchemaMigration.__table__.create(self.engine, checkfirst=True)

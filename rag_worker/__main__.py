@@ -71,6 +71,11 @@ def serve(argv: list[str]) -> int:
         return 2
     configure_logging()
     run_preflight(settings)
+    # Several processes share their metrics through files (prometheus_client's multi-process mode): the folder
+    # is named before anything imports prometheus_client, and emptied of a previous run's files.
+    from rag_worker.metrics_dir import prepare_multiprocess_dir
+
+    prepare_multiprocess_dir(args.workers)
     WorkerApplication().run()
     return 0
 
