@@ -28,6 +28,7 @@ from .proxy import ProxyHeaders
 from .quotas import TurnSlots
 from .settings import Settings
 from .turns import routes as turns
+from .turns import steplog
 from .web import WebFiles
 from .worker_client import WorkerClient
 
@@ -98,6 +99,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *meta.routes,
         *openapi.routes,
         *metrics.routes,
+        *steplog.routes,
     ]
     routes = [
         *api_routes,

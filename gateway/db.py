@@ -15,7 +15,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, Engine, UniqueConstraint, column, event, inspect, table, text
+from sqlalchemy import (
+    JSON,
+    Column,
+    Connection,
+    Engine,
+    ForeignKey,
+    Integer,
+    UniqueConstraint,
+    column,
+    event,
+    inspect,
+    table,
+    text,
+)
 from sqlalchemy import Index as SqlIndex
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
@@ -160,6 +173,27 @@ class LoginFailure(SQLModel, table=True):
     expires_at: float = Field(default=0.0, index=True)  # epoch seconds: the window ends, the row goes
 
 
+class TurnStep(SQLModel, table=True):
+    """The step log: one row per step of a finished turn, next to its assistant message (written in the same
+    transaction as the answer, gateway/turns/steplog.py), so latency per step is a SQL query. `started_ms` is
+    the step's start within the turn, `duration_ms` how long it took (the worker's timing of the stage; for
+    the turn's clocks, the rows `first_token` and `total`)."""
+
+    __tablename__ = "turn_steps"
+    id: int | None = Field(default=None, primary_key=True)
+    # Deleting a message (or its chat) deletes its steps with it, on both databases.
+    message_id: int = Field(
+        sa_column=Column(Integer, ForeignKey("messages.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    position: int
+    step: str = Field(max_length=32)
+    method: str | None = Field(default=None, max_length=64)
+    started_ms: int
+    duration_ms: int | None = None
+    detail: dict = json_dict_column()
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
 class SchemaMigration(SQLModel, table=True):
     __tablename__ = "schema_migrations"
     version: int = Field(primary_key=True)
@@ -252,6 +286,11 @@ def _login_failures(conn: Connection) -> None:
     LoginFailure.__table__.create(conn, checkfirst=True)
 
 
+def _step_log(conn: Connection) -> None:
+    """The step log of finished turns (turn_steps); turns finished before it have no rows."""
+    TurnStep.__table__.create(conn, checkfirst=True)
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
@@ -259,6 +298,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (3, "turn lifecycle: running turn, owner, heartbeat, stop", _turn_lifecycle),
     (4, "the answer stored whole on its message", _answer_whole),
     (5, "failed logins counted in the database", _login_failures),
+    (8, "the step log: each finished turn's steps in turn_steps", _step_log),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

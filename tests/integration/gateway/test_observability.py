@@ -279,3 +279,41 @@ def test_json_logs_carry_the_request_and_never_a_secret_or_the_documents(observe
     assert any(r.get("route") == "/chat_stream" and r.get("index") for r in worker_turn)
     failed = [r for r in records["gateway"] if r.get("route") == "/api/auth/login" and r.get("status") == 401]
     assert len(failed) == 1 and "user_id" not in failed[0]
+
+
+def test_the_step_log_feeds_the_admin_statistics_and_nobody_else_reads_them(observed) -> None:
+    url = f"{observed['gateway'].url}/api/admin/turn-stats"
+    r = httpx.get(url, headers=observed["admin"])
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["hours"] == 24
+    stages = {s["step"]: s for s in data["stages"]}
+    turns = [t["done"] for t in observed["turns"]]
+    # Both document turns searched, all three wrote an answer; each median is the one of what the turns said.
+    assert stages["retrieving"]["turns"] == 2 and stages["generating"]["turns"] == 3
+    said = sorted(t["timings"]["retrieve_ms"] for t in turns[:2])
+    assert stages["retrieving"]["median_ms"] == pytest.approx(sum(said) / 2)
+    firsts = sorted(t["timings"]["first_token_ms"] for t in turns)
+    assert stages["first_token"]["median_ms"] == firsts[1]
+    assert sorted(p["ms"] for p in data["first_tokens"]) == firsts
+    assert [p["route"] for p in data["first_tokens"]] == ["rag", "rag", "direct"]
+
+    assert httpx.get(url, headers=observed["user"]).status_code == 404  # not an administrator: no such route
+    assert httpx.get(url).status_code == 401
+    for query in (
+        "hours=abc",
+        "hours=0",
+        "hours=745",
+        "hours=-1",
+        "hours=1.5",
+        "hours=",
+        "hours=1&hours=2",
+        "hour=3",
+        "hours=" + "9" * 5000,
+        "hours=%EF%BC%91",  # a full-width digit one
+        "hours=%00",
+    ):
+        r = httpx.get(f"{url}?{query}", headers=observed["admin"])
+        assert r.status_code == 400, (query, r.status_code)
+        body = r.json()
+        assert body["code"] == "invalid" and body["error"] and body["field"] in ("hours", "hour"), query
