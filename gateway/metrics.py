@@ -5,13 +5,14 @@ values (route templates such as `/api/chats/{id:int}/messages/stream`, never a r
 never a user, a chat or any text. The gateway is one process (uvicorn); should several share a folder named by
 PROMETHEUS_MULTIPROC_DIR, the scrape sums them as the worker's does.
 
-`/metrics` answers a client on this machine (not relayed by a proxy) or an administrator's token (Bearer or the
-session cookie). Another caller without a valid token gets the usual 401; a signed-in non-administrator the 404
+`/metrics` answers a client on this machine (not relayed by a proxy), the worker's key (WORKER_API_KEY, so one
+Prometheus credential scrapes both services) or an administrator's token (Bearer or the session cookie). Another caller without a valid token gets the usual 401; a signed-in non-administrator the 404
 of an unknown route.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
 
 from prometheus_client import (
@@ -110,12 +111,23 @@ def render() -> tuple[bytes, str]:
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
+def sends_worker_key(request: Request) -> bool:
+    """`Authorization: Bearer <WORKER_API_KEY>`: the one secret a Prometheus beside both services holds."""
+    from .context import ctx
+
+    key = ctx(request).settings.worker_api_key
+    if key is None or not key.get_secret_value().strip():
+        return False
+    sent = request.headers.get("authorization", "")
+    return hmac.compare_digest(sent.encode(), f"Bearer {key.get_secret_value()}".encode())
+
+
 async def metrics_route(request: Request) -> Response:
     from .context import current_user
 
     client = request.scope.get("client")
     forwarded = "x-forwarded-for" in request.headers or "forwarded" in request.headers
-    if not is_loopback_client(client[0] if client else None, forwarded):
+    if not is_loopback_client(client[0] if client else None, forwarded) and not sends_worker_key(request):
         user = await current_user(request)  # no valid token: 401, as on every signed-in route
         if not user.is_admin:
             raise NotFound("no such API route: /metrics", code="not_found")
@@ -131,8 +143,8 @@ routes = [
         "/metrics",
         metrics_route,
         Operation(
-            "Prometheus metrics: to a client on the gateway's machine, or with an administrator's token "
-            "(anyone else: 404)",
+            "Prometheus metrics: to a client on the gateway's machine, or with WORKER_API_KEY or an "
+            "administrator's token (no valid token: 401; a non-administrator: 404)",
             answer=METRICS_CONTENT,
             errors=(404,),
             tag="operations",

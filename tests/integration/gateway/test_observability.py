@@ -194,6 +194,15 @@ def test_metrics_are_for_this_machine_or_an_administrator(observed) -> None:
     assert r.status_code == 404 and r.json()["code"] == "not_found"
     r = api.get("/metrics", headers={**proxied, **observed["admin"]})
     assert r.status_code == 200 and "gateway_turns_total" in r.text
+    # The worker's key opens both services' metrics (one credential for a Prometheus beside them).
+    r = httpx.get(
+        f"{observed['gateway'].url}/metrics", headers={**proxied, "Authorization": f"Bearer {WORKER_KEY}"}
+    )
+    assert r.status_code == 200 and "gateway_http_requests_total" in r.text
+    r = httpx.get(
+        f"{observed['gateway'].url}/metrics", headers={**proxied, "Authorization": f"Bearer {WORKER_KEY}x"}
+    )
+    assert r.status_code == 401
     assert httpx.get(f"{worker.url}/metrics").status_code == 200  # loopback, no key
     r = httpx.get(f"{worker.url}/metrics", headers=proxied)
     assert r.status_code == 401 and r.json()["code"] == "unauthorized"
