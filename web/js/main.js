@@ -9,6 +9,7 @@ import { ChatView } from "./views/chat.js";
 import { DocumentsView } from "./views/documents.js";
 import { renderLogin } from "./views/login.js";
 import { SettingsView } from "./views/settings.js";
+import { TurnStatsView } from "./views/turnstats.js";
 
 const app = document.getElementById("app");
 let shell = null;
@@ -43,6 +44,7 @@ function route() {
   shell.closeSidebar();
   if (name === "documents") currentView = new DocumentsView(shell, id);
   else if (name === "settings") currentView = new SettingsView(shell);
+  else if (name === "stats" && session.user.is_admin) currentView = new TurnStatsView(shell);
   else currentView = new ChatView(shell, id);
   shell.chatList.setActive(name === "chats" ? id : null);
   shell.setActiveNav(name);
@@ -130,6 +132,7 @@ function ensureShell() {
       { class: "sidebar-nav", "aria-label": "Sections" },
       navLink("documents", "Documents", "files"),
       navLink("settings", "Settings", "settings"),
+      user.is_admin ? navLink("stats", "Statistics", "chart") : null,
     ),
     h(
       "div",
