@@ -130,9 +130,9 @@ def metrics():
     from flask import Response
 
     from ..errors import NotFound
-    from ..metrics import render
+    from ..metrics import ENABLED, render
 
-    if not metrics_allowed():
+    if not ENABLED or not metrics_allowed():  # METRICS=off: as if there were no such route
         raise NotFound("no such route: /metrics", code="not_found")
     body, content_type = render()
     return Response(body, content_type=content_type)
