@@ -118,8 +118,8 @@ QUEUE_BUSY = _metric(
 QUEUE_SLOTS = _metric(
     Gauge,
     "rag_worker_queue_slots",
-    "Slots of the CPU queue (TURN_SLOTS, per process)",
-    multiprocess_mode="livesum",
+    "Slots of the CPU queue of one process (RAG_CONCURRENCY, or its CPUs)",
+    multiprocess_mode="livemax",
 )
 TOKENS = _metric(Counter, "rag_worker_tokens_streamed_total", "Answer tokens streamed to clients", ["route"])
 LLM_CALLS = _metric(

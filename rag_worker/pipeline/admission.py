@@ -57,7 +57,7 @@ class TurnQueue:
         self._seq = itertools.count()
         self._busy = 0
         self._hold_s = 0.2  # running mean of how long a turn holds a slot, for Retry-After
-        metrics.QUEUE_SLOTS.inc(self.slots)
+        metrics.QUEUE_SLOTS.set(self.slots)
 
     def _gauges(self) -> None:
         """The queue's depth for /metrics; called with the lock held, after each change."""

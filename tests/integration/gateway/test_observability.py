@@ -70,6 +70,9 @@ def observed(tmp_path_factory):
                     "OLLAMA_HOST": ollama.url,
                     "TORCH_THREADS": "1",
                     "RAG_CONCURRENCY": str(SLOTS),
+                    # Two gunicorn processes: the scrape must add up both (prometheus_client's multi-process
+                    # mode, in a folder the worker makes itself).
+                    "WORKER_WORKERS": "2",
                     **OLLAMA_ENV,
                 },
             )
@@ -161,7 +164,7 @@ def test_prometheus_scrapes_both_services_and_counts_what_happened(observed) -> 
     assert summed == pytest.approx(said, abs=0.002)
     # The queue gauges: its slots as configured, nothing waiting or running once the turns are over, and each
     # document turn passed through it at least once.
-    assert prom_value(prom, "rag_worker_queue_slots", SLOTS) == SLOTS
+    assert prom_value(prom, "max(rag_worker_queue_slots)", SLOTS) == SLOTS  # per process
     assert prom_value(prom, "rag_worker_queue_waiting", 0) == 0
     assert prom_value(prom, "rag_worker_queue_busy", 0) == 0
     assert prom_value(prom, "rag_worker_queue_wait_seconds_count", lambda v: v is not None and v >= 2) >= 2
