@@ -109,6 +109,8 @@ class RequestObserver:
 
     def __init__(self, app: ASGIApp):
         self.app = app
+        # JSON logs replace uvicorn's access line (raw paths) with this one; text logs keep uvicorn's.
+        self.access_lines = observe.log_format() == "json"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -147,7 +149,7 @@ class RequestObserver:
             method = scope["method"]
             metrics.HTTP_REQUESTS.labels(method, route, str(status)).inc()
             metrics.HTTP_DURATION.labels(method, route).observe(elapsed)
-            if route not in QUIET or status >= 400:
+            if self.access_lines and (route not in QUIET or status >= 400):
                 log.info(
                     "%s %s %s in %.0f ms",
                     method,

@@ -227,6 +227,8 @@ def install(app) -> None:
     from flask import g, request
 
     setup_tracing(app)
+    # JSON logs replace gunicorn's access line (raw paths) with this one (route template, request id).
+    access_lines = observe.log_format() == "json"
 
     def start() -> None:
         g.request_started = time.monotonic()
@@ -254,8 +256,8 @@ def install(app) -> None:
             elapsed = time.monotonic() - started
             metrics.HTTP_REQUESTS.labels(method, rule, str(status)).inc()
             metrics.HTTP_DURATION.labels(method, rule).observe(elapsed)
-            if rule in ("/health", "/metrics") and status < 400:
-                return  # probes and scrapes: counted, not logged
+            if not access_lines or (rule in ("/health", "/metrics") and status < 400):
+                return  # text logs keep gunicorn's access line; probes and scrapes: counted, not logged
             log.info(
                 "%s %s %s in %.0f ms",
                 method,
