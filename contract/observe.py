@@ -62,7 +62,8 @@ class ContextFilter(logging.Filter):
         record.service = self.service
         record.request_id = request_id.get()
         record.user_id = user_id.get()
-        record.index = index_name.get()
+        if getattr(record, "index", None) is None:
+            record.index = index_name.get()
         if not hasattr(record, "route") or record.route is None:
             record.route = route.get()
         record.trace_id, record.span_id = trace_ids()

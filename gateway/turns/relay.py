@@ -8,6 +8,8 @@ import contextlib
 import logging
 import time
 
+from contract import observe
+
 from .. import lifecycle, metrics, telemetry
 from ..context import Context, in_thread
 from ..errors import ApiError
@@ -85,6 +87,8 @@ async def run_turn(c: Context, handle: TurnHandle) -> TurnRecord:
     """Read the worker's stream to its end (or to a stop), relaying frames, and persist the outcome; in a span
     of its own (the worker's request is its child), counted in the metrics once it is stored."""
     plan = handle.plan
+    # This task's own context: its log lines name the worker indexes it searches.
+    observe.index_name.set(",".join(plan.payload.get("index") or [])[:200] or None)
     metrics.TURNS_RUNNING.inc()
     try:
         with telemetry.span("turn", **{"rag.route": plan.route}):

@@ -287,7 +287,7 @@ def test_json_logs_carry_the_request_and_never_a_secret_or_the_documents(observe
     assert access["status"] == 200 and access["duration_ms"] > 0 and access["user_id"] == 1
     assert access["request_id"] and any(r.get("request_id") == access["request_id"] for r in worker_turn)
     [stored] = [r for r in gateway_turn if r.get("chat_id") is not None]
-    assert stored["outcome"] == "complete" and stored["user_id"] == 1
+    assert stored["outcome"] == "complete" and stored["user_id"] == 1 and stored["index"]
     assert any(r.get("route") == "/chat_stream" and r.get("index") for r in worker_turn)
     failed = [r for r in records["gateway"] if r.get("route") == "/api/auth/login" and r.get("status") == 401]
     assert len(failed) == 1 and "user_id" not in failed[0]
