@@ -115,6 +115,8 @@ def observed(tmp_path_factory):
 def scenario(api: httpx.Client) -> dict:
     admin = register(api, "obs_admin", PASSWORD)  # the first account: the administrator
     user = register(api, "obs_user", USER_PASSWORD)
+    login = api.post("/api/auth/login", json={"username": "obs_admin", "password": PASSWORD})
+    assert login.status_code == 200
     wrong = api.post("/api/auth/login", json={"username": "obs_user", "password": "not the password at all"})
     assert wrong.status_code == 401
     index = api.post("/api/indexes", json={"name": "Ducks"}, headers=admin).json()
@@ -130,7 +132,8 @@ def scenario(api: httpx.Client) -> dict:
         chat = api.post("/api/chats", json={"index_ids": [index["id"]]}, headers=admin).json()
         turns.append(dict(stream_turn(api, chat["id"], admin, message=question)))
     assert [t["done"]["route"] for t in turns] == ["rag", "rag", "direct"]
-    return {"admin": admin, "user": user, "turns": turns, "chunks": r.json()["chunks"]}
+    tokens = [admin["Authorization"].split()[1], user["Authorization"].split()[1], login.json()["token"]]
+    return {"admin": admin, "user": user, "turns": turns, "chunks": r.json()["chunks"], "tokens": tokens}
 
 
 def prom_value(prom: ServerProcess, query: str, want, timeout: float = 20.0) -> float | None:
@@ -273,8 +276,7 @@ def test_json_logs_carry_the_request_and_never_a_secret_or_the_documents(observe
             parsed.append(record)
         records[service] = parsed
     everything = "\n".join(worker_lines + gateway_lines)
-    token = observed["admin"]["Authorization"].split()[1]
-    for secret in (JWT_SECRET, WORKER_KEY, PASSWORD, USER_PASSWORD, token, DOC_TEXT):
+    for secret in (JWT_SECRET, WORKER_KEY, PASSWORD, USER_PASSWORD, *observed["tokens"], DOC_TEXT):
         assert secret not in everything, secret
     assert urllib.parse.quote(PASSWORD) not in everything
 
