@@ -1,6 +1,7 @@
 """Gateway relay benchmark: what the gateway adds to a streamed turn, and 100 concurrent turns through it.
 
     .venv/bin/python -m bench.gateway_relay [--turns 20] [--concurrent 100] [--tokens-per-second 20]
+    .venv/bin/python -m bench.gateway_relay --observability [--turns 40]
 
 Starts the fake Ollama (the only stand-in), the real worker (gunicorn + gevent, 1 process) and the real gateway
 (uvicorn) on loopback, then:
@@ -12,6 +13,10 @@ Starts the fake Ollama (the only stand-in), the real worker (gunicorn + gevent, 
 2. Load: C concurrent streamed turns (one chat each, direct route, so the model stream is what is exercised) with
    the fake Ollama writing T tokens/s per stream. Reports errors, stalled turns (no `done`, or a silence over 5 s),
    and the inter-token gaps the browser sees (p50 / p95 / max).
+
+`--observability` instead runs three worker+gateway pairs at once (metrics off, on, on with tracing exported;
+bench/observability.py) and interleaves the same streamed turns between them: the gateway's and the worker's
+CPU time per turn, side by side.
 
 Prints its figures; never pass/fail.
 """
@@ -171,13 +176,89 @@ async def load(gateway_url: str, concurrent: int) -> dict:
     }
 
 
+async def observability_turns(pairs: dict, turns: int) -> dict:
+    from bench.observability import CONFIGS, group_cpu_s
+
+    clients = {name: httpx.AsyncClient(base_url=gw.url, timeout=120) for name, (_w, gw) in pairs.items()}
+    try:
+        headers = {name: await setup_user(c) for name, c in clients.items()}
+        for name, c in clients.items():  # warm every path once
+            await timed_turn(
+                c,
+                f"/api/chats/{await new_chat(c, headers[name])}/messages/stream",
+                {"message": PROMPT},
+                headers[name],
+            )
+        cpu = {name: {"gateway": 0.0, "worker": 0.0} for name in CONFIGS}
+        errors = 0
+        for i in range(turns):
+            for name in CONFIGS if i % 2 == 0 else tuple(reversed(CONFIGS)):
+                worker, gateway = pairs[name]
+                c, h = clients[name], headers[name]
+                chat = await new_chat(c, h)
+                before = group_cpu_s(gateway.proc.pid), group_cpu_s(worker.proc.pid)
+                r = await timed_turn(c, f"/api/chats/{chat}/messages/stream", {"message": PROMPT}, h)
+                errors += r["error"] is not None
+                cpu[name]["gateway"] += group_cpu_s(gateway.proc.pid) - before[0]
+                cpu[name]["worker"] += group_cpu_s(worker.proc.pid) - before[1]
+    finally:
+        for c in clients.values():
+            await c.aclose()
+    return {
+        name: {
+            "gateway_ms": v["gateway"] * 1000 / turns,
+            "worker_ms": v["worker"] * 1000 / turns,
+            "both_ms": (v["gateway"] + v["worker"]) * 1000 / turns,
+        }
+        for name, v in cpu.items()
+    } | {"errors": errors}
+
+
+def observability_cost(turns: int) -> None:
+    import contextlib
+
+    from bench.observability import CONFIGS, config_env, table
+    from tests.otlp_receiver import OtlpReceiver
+
+    with contextlib.ExitStack() as stack:
+        fake = stack.enter_context(FakeOllama())
+        otlp = stack.enter_context(OtlpReceiver())
+        pairs = {}
+        for name in CONFIGS:
+            tmp = Path(tempfile.mkdtemp(prefix=f"gateway-bench-{name.replace('+', '-')}-"))
+            extra = config_env(name, otlp.url)
+            env = {"OLLAMA_HOST": fake.url, **OLLAMA_ENV, "SSE_KEEPALIVE_S": "15", **extra}
+            worker = stack.enter_context(worker_process(tmp, env=env))
+            gateway = stack.enter_context(gateway_process(tmp, worker_url=worker.url, env=extra))
+            pairs[name] = (worker, gateway)
+        fake.token_delay_s = 0.0
+        rows = asyncio.run(observability_turns(pairs, turns))
+        spans = len(otlp.spans())
+    print(
+        f"\n{turns} streamed direct-route turns through each pair, interleaved; errors: {rows.pop('errors')}"
+    )
+    for key, label in (
+        ("gateway_ms", "gateway CPU / turn"),
+        ("worker_ms", "worker CPU / turn"),
+        ("both_ms", "both / turn"),
+    ):
+        print(table(rows, key, label))
+    print(f"spans received by the OTLP receiver: {spans}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--concurrent", type=int, default=100)
     parser.add_argument("--tokens-per-second", type=float, default=20.0)
+    parser.add_argument(
+        "--observability", action="store_true", help="CPU per turn with metrics off / on / on with tracing"
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.observability:
+        observability_cost(args.turns)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, python {platform.python_version()}")
     with FakeOllama() as fake:

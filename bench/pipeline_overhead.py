@@ -1,12 +1,17 @@
 """Pipeline overhead of a chat turn: time to first token minus the LLM's own time to first token.
 
     .venv/bin/python -m bench.pipeline_overhead [--chunks 10000] [--queries 40]
+    .venv/bin/python -m bench.pipeline_overhead --observability [--chunks 2000] [--queries 60]
 
 Builds (once, cached under .cache/bench/) an index of SciFact sentences, starts the real worker against a
 zero-latency fake Ollama, and streams SciFact test queries through /chat_stream. It prints, per route, the
 worker-side overhead (first_token_ms - llm_first_token_ms from the `done` timings), the client-side time to first
 token, and the stage timings. The baseline in the same run is the direct route (no retrieval): the difference is
 what retrieval, the checks and expansion cost.
+
+`--observability` instead compares the worker with metrics off, on, and on with tracing exported (bench/
+observability.py): three workers at once, the same rag-route queries interleaved between them, and the worker's
+CPU time per turn side by side.
 """
 
 from __future__ import annotations
@@ -104,14 +109,67 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+def observability_cost(base: Path, n: int, qs: list[str]) -> None:
+    import contextlib
+    import shutil
+
+    from bench.observability import CONFIGS, config_env, group_cpu_s, table
+    from tests.otlp_receiver import OtlpReceiver
+
+    with contextlib.ExitStack() as stack:
+        fake = stack.enter_context(FakeOllama())
+        otlp = stack.enter_context(OtlpReceiver())
+        workers = {}
+        for name in CONFIGS:
+            # Each worker its own copy of the index (LanceDB files; one writer each), the same data.
+            home = base / f"observe-{name.replace('+', '-')}"
+            if not (home / "index_store").exists():
+                shutil.copytree(base / "index_store", home / "index_store")
+            env = {"OLLAMA_HOST": fake.url, **OLLAMA_ENV, **config_env(name, otlp.url)}
+            workers[name] = stack.enter_context(worker_process(home, env=env))
+        for worker in workers.values():
+            for warm in ("warm up the store", "warm up the full-text index", qs[-1]):
+                turn(worker.url, warm, "rag")
+        cpu = {name: 0.0 for name in CONFIGS}
+        over: dict[str, list[float]] = {name: [] for name in CONFIGS}
+        for i, q in enumerate(qs[:-1]):
+            order = CONFIGS if i % 2 == 0 else tuple(reversed(CONFIGS))
+            for name in order:
+                worker = workers[name]
+                assert worker.proc is not None
+                before = group_cpu_s(worker.proc.pid)
+                r = turn(worker.url, q, "rag")
+                cpu[name] += group_cpu_s(worker.proc.pid) - before
+                over[name].append(r["first_token_ms"] - r["llm_first_token_ms"])
+        spans = len(otlp.spans())
+    turns = len(qs) - 1
+    rows = {
+        name: {"cpu_ms": cpu[name] * 1000 / turns, "overhead_p50": statistics.median(over[name])}
+        for name in CONFIGS
+    }
+    print(f"\nindex: {n} chunks; {turns} SciFact queries on the rag route through each worker, interleaved")
+    print(table(rows, "cpu_ms", "worker CPU / turn"))
+    print(
+        "overhead p50 (first token - model's first token): "
+        + ", ".join(f"{name} {rows[name]['overhead_p50']:.0f} ms" for name in CONFIGS)
+    )
+    print(f"spans received by the OTLP receiver: {spans}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=120)
+    ap.add_argument(
+        "--observability", action="store_true", help="CPU per turn with metrics off / on / on with tracing"
+    )
     args = ap.parse_args()
     base = ROOT / ".cache" / "bench" / f"pipeline_overhead_{args.chunks}"
     n = build_index(base / "index_store", args.chunks)
     qs = queries(args.queries)
+    if args.observability:
+        observability_cost(base, n, qs)
+        return
     with (
         FakeOllama() as fake,
         worker_process(

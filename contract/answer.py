@@ -127,7 +127,11 @@ class Answer(Open):
     model: str
     llm_backend: str | None = None
     flags: dict[str, Any] = Field(default_factory=dict)
-    timings: dict[str, int] = Field(default_factory=dict)
+    timings: dict[str, int | str] = Field(
+        default_factory=dict,
+        description="milliseconds per stage (`<stage>_ms`, `first_token_ms`, `total_ms`, ...); `trace_id` "
+        "(32 hex digits) when the worker exports traces",
+    )
     grounding: Grounding | None = Field(
         default=None, description="null: no sources (direct or sql route, or abstained)"
     )

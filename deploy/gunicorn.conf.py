@@ -43,6 +43,29 @@ accesslog = os.environ.get("WORKER_ACCESSLOG", "-") or None
 errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info").lower()
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
+if os.environ.get("LOG_FORMAT", "").strip().lower() == "json":
+    # JSON lines throughout: gunicorn's own lines in the same shape as the app's (contract/observe.py), and
+    # no access log of raw paths (the app writes one line per request with its route template instead).
+    accesslog = None
+    logconfig_dict = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"context": {"()": "contract.observe.ContextFilter", "service": "rag_worker"}},
+        "formatters": {"json": {"()": "contract.observe.JsonFormatter"}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "filters": ["context"],
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"handlers": ["stderr"], "level": loglevel.upper()},
+        "loggers": {
+            "gunicorn.error": {"handlers": ["stderr"], "level": loglevel.upper(), "propagate": False},
+            "gunicorn.access": {"handlers": ["stderr"], "level": loglevel.upper(), "propagate": False},
+        },
+    }
 
 # Models are loaded lazily per process; preloading the app in the master would share nothing useful
 # across a fork with torch threads and would make the master heavy.
@@ -72,6 +95,21 @@ def when_ready(server) -> None:
 
 def post_fork(server, worker) -> None:
     server.log.info("worker process %s started", worker.pid)
+
+
+def child_exit(server, worker) -> None:
+    # prometheus_client's multi-process mode: a process that is gone no longer counts in the live gauges.
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+def worker_exit(server, worker) -> None:
+    # Spans still queued for the OTLP exporter go out before the process ends.
+    from rag_worker.telemetry import shutdown_tracing
+
+    shutdown_tracing()
 
 
 def worker_abort(worker) -> None:

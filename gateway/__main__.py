@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -18,12 +17,13 @@ def serve(argv: list[str]) -> int:
 
     import uvicorn
 
+    from contract.observe import configure, log_format
     from gateway.app import create_app
     from gateway.settings import Settings
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    # Plain lines, or LOG_FORMAT=json: one object a line with the request's context (contract/observe.py).
+    configure("gateway", args.log_level)
+    json_logs = log_format() == "json"
     # One process: turn locks, login throttling and the running-turn registry live in it (the turn lock is
     # also in the database, so replicas behind a load balancer stay correct).
     uvicorn.run(
@@ -34,6 +34,9 @@ def serve(argv: list[str]) -> int:
         # The app reads X-Forwarded-* itself (gateway.proxy): only the right-most untrusted hop is believed.
         proxy_headers=False,
         timeout_graceful_shutdown=35,
+        # JSON: uvicorn's lines go through the root logger's JSON handler, and its access line of raw paths
+        # gives way to the gateway's own (route template, status, duration, request id).
+        **({"log_config": None, "access_log": False} if json_logs else {}),
     )
     return 0
 

@@ -13,7 +13,7 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, audit, chats, groups, keys_api, lifecycle, meta, openapi, v1
+from . import accounts, audit, chats, groups, keys_api, lifecycle, meta, metrics, openapi, telemetry, v1
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -28,6 +28,7 @@ from .proxy import ProxyHeaders
 from .quotas import TurnSlots, upload_slots
 from .settings import Settings
 from .turns import routes as turns
+from .turns import steplog
 from .web import WebFiles
 from .worker_client import WorkerClient
 
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 await asyncio.gather(*pending, return_exceptions=True)
             await worker.aclose()
             db.dispose()
+            telemetry.shutdown_tracing()
 
     api_routes = [
         *accounts.routes,
@@ -103,6 +105,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *meta.routes,
         *openapi.routes,
         *v1.routes,
+        *metrics.routes,
+        *steplog.routes,
     ]
     routes = [
         *api_routes,
@@ -114,10 +118,16 @@ def create_app(settings: Settings | None = None) -> Starlette:
     # Multipart framing adds a little to the file: allow for it; the file itself is then checked exactly.
     upload_limit = settings.max_upload_bytes + 64 * 1024
     middleware = [
+        # A span per request when OTLP export is configured (nothing otherwise); then the request id, the HTTP
+        # metrics and the access line, so that refusals below are counted and logged too.
+        *telemetry.tracing_middleware(),
+        Middleware(telemetry.RequestObserver),
         # First: the client address every limit below counts by.
         Middleware(ProxyHeaders, trusted=settings.forwarded_allow_ips),
         Middleware(SecurityHeaders),
         Middleware(HostCheck, allowed=AllowedHosts.parse(settings.allowed_hosts)),
         Middleware(BodyLimit, default=settings.max_json_bytes, larger=[(indexes.UPLOAD_PATH, upload_limit)]),
+        # Last: it sees the route the router matched, for the metrics' route label.
+        Middleware(telemetry.RouteNote),
     ]
     return Starlette(routes=routes, middleware=middleware, exception_handlers=HANDLERS, lifespan=lifespan)

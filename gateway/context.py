@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
+from contract import observe
 from contract.text import lone_surrogate_at, surrogate_refusal
 
 from . import keys
@@ -89,6 +90,7 @@ async def current_user(request: Request) -> User:
             "this session has ended (signed out, password changed or account disabled): log in again",
             code="token_revoked",
         )
+    observe.user_id.set(user.id)  # on this request's log lines (and its turn's)
     return user
 
 

@@ -9,12 +9,26 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, Engine, UniqueConstraint, column, event, inspect, table, text
+from sqlalchemy import (
+    JSON,
+    Column,
+    Connection,
+    Engine,
+    ForeignKey,
+    Integer,
+    UniqueConstraint,
+    column,
+    event,
+    inspect,
+    table,
+    text,
+)
 from sqlalchemy import Index as SqlIndex
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
@@ -229,6 +243,27 @@ class ApiKey(SQLModel, table=True):
     revoked_at: datetime | None = None
 
 
+class TurnStep(SQLModel, table=True):
+    """The step log: one row per step of a finished turn, next to its assistant message (written in the same
+    transaction as the answer, gateway/turns/steplog.py), so latency per step is a SQL query. `started_ms` is
+    the step's start within the turn, `duration_ms` how long it took (the worker's timing of the stage; for
+    the turn's clocks, the rows `first_token` and `total`)."""
+
+    __tablename__ = "turn_steps"
+    id: int | None = Field(default=None, primary_key=True)
+    # Deleting a message (or its chat) deletes its steps with it, on both databases.
+    message_id: int = Field(
+        sa_column=Column(Integer, ForeignKey("messages.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    position: int
+    step: str = Field(max_length=32)
+    method: str | None = Field(default=None, max_length=64)
+    started_ms: int
+    duration_ms: int | None = None
+    detail: dict = json_dict_column()
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
 class SchemaMigration(SQLModel, table=True):
     __tablename__ = "schema_migrations"
     version: int = Field(primary_key=True)
@@ -332,6 +367,11 @@ def _api_keys(conn: Connection) -> None:
     ApiKey.__table__.create(conn, checkfirst=True)
 
 
+def _step_log(conn: Connection) -> None:
+    """The step log of finished turns (turn_steps); turns finished before it have no rows."""
+    TurnStep.__table__.create(conn, checkfirst=True)
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
@@ -341,6 +381,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (5, "failed logins counted in the database", _login_failures),
     (6, "teams: groups, index grants, the audit log", _teams),
     (7, "API keys per user", _api_keys),
+    (8, "the step log: each finished turn's steps in turn_steps", _step_log),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -381,6 +422,22 @@ def private_file(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
+class TimedSession(Session):
+    """A session whose time held (from `with` to its end) feeds gateway_db_session_seconds."""
+
+    def __enter__(self):
+        self._opened = time.monotonic()
+        return super().__enter__()
+
+    def __exit__(self, *exc_info):
+        try:
+            return super().__exit__(*exc_info)
+        finally:
+            from .metrics import DB_SESSION
+
+            DB_SESSION.observe(time.monotonic() - self._opened)
+
+
 class Database:
     """The engine plus a session factory; `migrate()` brings the schema to SCHEMA_VERSION."""
 
@@ -389,7 +446,7 @@ class Database:
         self.engine = make_engine(url)
 
     def session(self) -> Session:
-        return Session(self.engine, expire_on_commit=False)
+        return TimedSession(self.engine, expire_on_commit=False)
 
     def migrate(self) -> int:
         SchemaMigration.__table__.create(self.engine, checkfirst=True)

@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from .errors import ApiError, WorkerFailed
 from .sse import Frame, read_frames
+from .telemetry import outgoing_headers
 
 log = logging.getLogger("gateway.worker")
 
@@ -151,7 +152,9 @@ BEFORE_ANSWER = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError,
 
 async def send_once_more(http: httpx.AsyncClient, request: httpx.Request, *, retry: bool) -> httpx.Response:
     """`http.send(request, stream=True)`; with `retry` (a request that may be sent twice), a connection that
-    failed before any answer is tried once more, on a new connection."""
+    failed before any answer is tried once more, on a new connection. Every request carries the request id and,
+    with tracing on, `traceparent`, so the worker's logs and spans join the gateway's."""
+    request.headers.update(outgoing_headers())
     try:
         return await http.send(request, stream=True)
     except BEFORE_ANSWER as exc:

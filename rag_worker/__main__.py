@@ -70,6 +70,11 @@ def serve(argv: list[str]) -> int:
         print(f"rag_worker: {refusal}", file=sys.stderr)
         return 2
     configure_logging()
+    # Several processes share their metrics through files (prometheus_client's multi-process mode): the folder
+    # is named before anything imports prometheus_client (the preflight may), and emptied of a previous run's.
+    from rag_worker.metrics_dir import prepare_multiprocess_dir
+
+    prepare_multiprocess_dir(args.workers)
     run_preflight(settings)
     WorkerApplication().run()
     return 0

@@ -28,6 +28,7 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     app.extensions["rag"] = services or Services(settings)
 
     from .routes import chat, documents, has_valid_key, meta, v1
+    from .routes.meta import metrics_allowed
 
     route_tables = (meta.routes, chat.routes, documents.routes, v1.routes)
     for table in route_tables:
@@ -35,6 +36,9 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     # What /openapi.json is assembled from: each route's Operation, declared where the route is.
     app.extensions[meta.OPERATIONS] = tuple(op for table in route_tables for op in table.operations)
 
+    from . import telemetry
+
+    telemetry.install(app)  # request ids, HTTP metrics, access lines; spans when OTLP export is configured
     hosts = settings.hosts
 
     @app.before_request
@@ -70,6 +74,8 @@ def create_app(settings: Settings | None = None, services: Services | None = Non
     @app.before_request
     def require_api_key():
         if request.path in OPEN_PATHS or has_valid_key():
+            return None
+        if request.path == "/metrics" and metrics_allowed():  # a scrape from this machine needs no key
             return None
         raise Unauthorized("missing or wrong API key: send 'Authorization: Bearer <WORKER_API_KEY>'")
 

@@ -1,11 +1,10 @@
-"""Logging set-up for the worker process (plain lines to stderr, which gunicorn and run_system.py capture)."""
+"""Logging set-up for the worker process: stderr (which gunicorn and run_system.py capture), as plain lines or,
+with LOG_FORMAT=json, one JSON object a line (contract/observe.py), each with its request's context."""
 
 from __future__ import annotations
 
-import logging
-import os
+from contract.observe import configure
 
 
 def configure_logging() -> None:
-    level = os.environ.get("LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure("rag_worker")

@@ -47,6 +47,8 @@ if [ "$DEV" = 1 ]; then
   # Document conversion: LibreOffice headless for .doc/.xls/.ppt/.odt/.ods/.odp/.rtf, Tesseract for scans.
   command -v soffice >/dev/null 2>&1 || missing+=(libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui)
   command -v tesseract >/dev/null 2>&1 || missing+=(tesseract-ocr tesseract-ocr-eng)
+  # Debian's real Prometheus: tests/integration/gateway/test_observability.py scrapes both services with it.
+  command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
   if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .. import metrics
 from ..access import EDITOR, READER, read_index, require_index
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
 from ..db import Index
@@ -58,6 +59,7 @@ class BuildHandle(Listeners):
 
 async def run_build(c: Context, handle: BuildHandle, stream: WorkerStream) -> None:
     end = None
+    metrics.BUILDS_RUNNING.inc()
     try:
         async for f in stream.frames():
             if f.event == "progress" and isinstance(f.data, dict):
@@ -74,6 +76,8 @@ async def run_build(c: Context, handle: BuildHandle, stream: WorkerStream) -> No
     finally:
         await asyncio.shield(stream.aclose())
         succeeded = end is not None and not isinstance(end, str)
+        metrics.BUILDS_RUNNING.dec()
+        metrics.BUILDS.labels("done" if succeeded else "failed").inc()
         try:
             await asyncio.shield(sync_documents(c, handle.index_id, failed=not succeeded))
         except Exception:

@@ -8,7 +8,9 @@ import contextlib
 import logging
 import time
 
-from .. import lifecycle
+from contract import observe
+
+from .. import lifecycle, metrics, telemetry
 from ..context import Context, in_thread
 from ..errors import ApiError
 from ..sse import frame
@@ -57,6 +59,8 @@ async def read_worker(c: Context, handle: TurnHandle) -> str | None:
                 rec.see(f)
                 if rec.error is not None:  # an error event, or an answer that breaks the worker's contract
                     return f.raw if f.event == "error" else frame("error", rec.error)
+                if f.event == "token" and handle.first_token_at is None:
+                    handle.first_token_at = time.monotonic()
                 handle.emit(f.raw)
                 unsaved = len(rec.tokens) - handle.saved_tokens
                 if f.event == "documents" or unsaved >= c.settings.turn_save_tokens:
@@ -80,9 +84,33 @@ async def read_worker(c: Context, handle: TurnHandle) -> str | None:
 
 
 async def run_turn(c: Context, handle: TurnHandle) -> TurnRecord:
-    """Read the worker's stream to its end (or to a stop), relaying frames, and persist the outcome."""
+    """Read the worker's stream to its end (or to a stop), relaying frames, and persist the outcome; in a span
+    of its own (the worker's request is its child), counted in the metrics once it is stored."""
+    plan = handle.plan
+    # This task's own context: its log lines name the worker indexes it searches.
+    observe.index_name.set(",".join(plan.payload.get("index") or [])[:200] or None)
+    metrics.TURNS_RUNNING.inc()
+    try:
+        with telemetry.span("turn", **{"rag.route": plan.route}):
+            rec = await _run_turn(c, handle)
+    finally:
+        metrics.TURNS_RUNNING.dec()
+    first = handle.first_token_at
+    metrics.observe_turn(
+        plan.route,
+        metrics.turn_outcome(
+            rec.status, rec.stopped, rec.error, bool(rec.done is not None and rec.done.abstained)
+        ),
+        time.monotonic() - handle.started,
+        first - handle.started if first is not None else None,
+        len(rec.tokens),
+    )
+    return rec
+
+
+async def _run_turn(c: Context, handle: TurnHandle) -> TurnRecord:
     plan, rec = handle.plan, handle.rec
-    started = time.monotonic()
+    started = handle.started
     handle.emit(frame("route", plan.gate))
     keeper = asyncio.create_task(keep_turn(c, handle), name=f"keep-chat-{plan.chat_id}")
     reader = asyncio.create_task(read_worker(c, handle), name=f"read-chat-{plan.chat_id}")
@@ -118,12 +146,19 @@ async def run_turn(c: Context, handle: TurnHandle) -> TurnRecord:
         keeper.cancel()
         c.turns.pop(plan.chat_id, None)
         handle.emit(None)
+    elapsed_ms = (time.monotonic() - started) * 1000
     log.info(
         "turn chat=%s route=%s status=%s in %.0f ms",
         plan.chat_id,
         plan.route,
         rec.status,
-        (time.monotonic() - started) * 1000,
+        elapsed_ms,
+        extra={
+            "chat_id": plan.chat_id,
+            "duration_ms": round(elapsed_ms, 1),
+            "outcome": rec.status,
+            "error_code": (rec.error or {}).get("code"),
+        },
     )
     return rec
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 from contract.answer import Answer
@@ -82,6 +83,8 @@ class TurnHandle(Listeners):
         self.task: asyncio.Task | None = None
         self.saved_tokens = 0
         self.saved_steps = 0
+        self.started = time.monotonic()
+        self.first_token_at: float | None = None  # when the first answer token was relayed (the metrics')
 
     def snapshot(self) -> dict:
         rec = self.rec

@@ -13,6 +13,7 @@ from ..context import Context
 from ..db import Chat, Message, utcnow
 from ..sse import frame
 from .state import TurnPlan, TurnRecord
+from .steplog import save_steps
 
 
 def release(s: Session, plan: TurnPlan) -> None:
@@ -44,6 +45,8 @@ def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
             chat.updated_at = utcnow()
             s.add(chat)
         s.flush()
+        # The step log, in this same transaction, after the rows a running turn's writes lock (one INSERT).
+        save_steps(s, plan.message_id, rec.steps, done.timings)
         if not plan.needs_title:
             release(s, plan)
         s.commit()

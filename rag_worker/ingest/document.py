@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from docling_core.types.doc import DocItemLabel
 
-from .. import tables
+from .. import metrics, tables
 from ..errors import ApiError
 from ..names import STAGED_RE, check_filename, check_name, check_table
 from ..runtime import offload
@@ -97,13 +97,18 @@ def ingest_steps(
     Raises IngestError for a file that cannot be read, EmbedderMismatch when the index was built with another
     embedding model.
     """
-    prepared = yield from prepare_steps(services, index, dataset, path, filename, keep_at=keep_at)
-    if isinstance(prepared, IngestResult):
-        return prepared
-    yield "embedding"
-    vectors = services.embedder.embed_documents([c.embed_text for c in prepared.chunks])
-    yield "writing"
-    return write_prepared(services, index, prepared, vectors)
+    try:
+        prepared = yield from prepare_steps(services, index, dataset, path, filename, keep_at=keep_at)
+        if isinstance(prepared, IngestResult):
+            metrics.INGEST_FILES.labels(metrics.ingest_format(filename or path.name), "unchanged").inc()
+            return prepared
+        yield "embedding"
+        vectors = services.embedder.embed_documents([c.embed_text for c in prepared.chunks])
+        yield "writing"
+        return write_prepared(services, index, prepared, vectors)
+    except ApiError as err:
+        metrics.ingest_failed(filename or path.name, err.code)
+        raise
 
 
 def prepare_steps(
@@ -231,6 +236,7 @@ def write_batch(
         for (prepared, _), (added, removed) in zip(items, counts, strict=True)
     ]
     for (prepared, _), result in zip(items, results, strict=True):
+        metrics.ingested(prepared.kind, result.chunks, prepared.keep_at or prepared.path)
         if prepared.attachments:
             result.attachments = ingest_attachments(services, index, prepared)
     return results

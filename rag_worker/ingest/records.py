@@ -135,6 +135,9 @@ class Run:
         self.seen: set[tuple[str, str]] = set()  # (dataset, name) of every file found, indexed or not
 
     def fail(self, label: str, dataset: str, code: str, message: str) -> Progress:
+        from .. import metrics
+
+        metrics.ingest_failed(label, code)
         self.finished += 1
         self.failed.append({"file": label, "code": code, "error": message})
         return Progress(label, self.finished, self.total, "failed", dataset, message, code)
@@ -144,6 +147,10 @@ class Run:
         self.documents += 1
         self.chunks += result.chunks
         self.unchanged += int(result.unchanged)
+        if result.unchanged:
+            from .. import metrics
+
+            metrics.INGEST_FILES.labels(metrics.ingest_format(label), "unchanged").inc()
         stage = "unchanged" if result.unchanged else "indexed"
         return Progress(label, self.finished, self.total, stage, result.dataset)
 

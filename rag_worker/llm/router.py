@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..errors import LLMUnavailable
 from ..settings import Settings
+from ..telemetry import instrumented
 from .base import Resolved
 from .local import LocalBackend
 from .ollama_backend import OllamaBackend, has_model
@@ -28,11 +29,12 @@ class LLMRouter:
     def __init__(self, settings: Settings, *, probe_ttl_s: float = PROBE_TTL_S):
         self.settings = settings
         self.probe_ttl_s = probe_ttl_s
-        self.ollama = OllamaBackend(settings, think=settings.ollama_think)
+        # Each backend counted and traced at this one place (rag_worker/telemetry.py), whatever calls it.
+        self.ollama = instrumented(OllamaBackend(settings, think=settings.ollama_think))
         # Built now (cheap: no weights are read until the first chat or stream).
-        self.local = LocalBackend(settings)
+        self.local = instrumented(LocalBackend(settings))
         # Only with LLM_BACKEND=openai; `auto` keeps preferring Ollama, then the embedded model.
-        self.openai = OpenAIBackend(settings) if settings.llm_backend == "openai" else None
+        self.openai = instrumented(OpenAIBackend(settings)) if settings.llm_backend == "openai" else None
         self._probe: _Probe | None = None
         self._openai_probe: _Probe | None = None
         self._probe_lock = threading.Lock()

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .. import metrics
 from ..errors import Unavailable
 
 
@@ -56,6 +57,12 @@ class TurnQueue:
         self._seq = itertools.count()
         self._busy = 0
         self._hold_s = 0.2  # running mean of how long a turn holds a slot, for Retry-After
+        metrics.QUEUE_SLOTS.set(self.slots)
+
+    def _gauges(self) -> None:
+        """The queue's depth for /metrics; called with the lock held, after each change."""
+        metrics.QUEUE_WAITING.set(len(self._waiting))
+        metrics.QUEUE_BUSY.set(self._busy)
 
     def stats(self) -> dict:
         with self._cond:
@@ -80,9 +87,11 @@ class TurnQueue:
         with self._cond:
             if self._busy < self.slots and not self._waiting:
                 self._busy += 1
+                self._gauges()
                 return
             ticket = (since, next(self._seq))
             bisect.insort(self._waiting, ticket)
+            self._gauges()
         acquired = False
         try:
             last, said = None, 0.0
@@ -92,6 +101,7 @@ class TurnQueue:
                     if position == 1 and self._busy < self.slots:
                         self._waiting.pop(0)
                         self._busy += 1
+                        self._gauges()
                         acquired = True
                         self._cond.notify_all()  # everyone behind moves up one
                         return
@@ -105,11 +115,13 @@ class TurnQueue:
                 with self._cond:
                     if ticket in self._waiting:
                         self._waiting.remove(ticket)
+                        self._gauges()
                         self._cond.notify_all()
 
     def release(self, held_s: float | None = None) -> None:
         with self._cond:
             self._busy -= 1
+            self._gauges()
             if held_s is not None:
                 self._hold_s = 0.9 * self._hold_s + 0.1 * held_s
             self._cond.notify_all()
@@ -136,7 +148,9 @@ def queued(turn) -> Iterator:
             position=position,
             running=q.slots,
         )
-    turn.timings["queued_ms"] = turn.timings.get("queued_ms", 0) + int((time.monotonic() - t0) * 1000)
+    waited = time.monotonic() - t0
+    turn.timings["queued_ms"] = turn.timings.get("queued_ms", 0) + int(waited * 1000)
+    metrics.QUEUE_WAIT.observe(waited)
     return q.holding()
 
 

@@ -8,12 +8,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from contract import observe
 from contract.answer import Answer
 
+from .. import metrics
 from ..errors import ApiError, NotFound
 from ..llm import CancelToken
 from ..schemas import ChatRequest, option_defaults
 from ..services import Services
+from ..telemetry import stage_span, trace_id
 from . import (
     citations,
     expand,
@@ -57,6 +60,7 @@ def resolve_options(services: Services, request: ChatRequest) -> TurnOptions:
 def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None = None) -> Turn:
     """Everything that can fail before the first byte: unknown index (404), embedder mismatch (409)."""
     options = resolve_options(services, request)
+    observe.index_name.set(",".join(request.indexes)[:200] or None)  # for the turn's log lines
     # A direct turn reads no index: `docs` sent with it are context only, so a deleted index is no 404.
     if options.route != "direct":
         for index in request.indexes:
@@ -68,20 +72,29 @@ def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None
                     field="index",
                 )
             services.store.check_compatible(index)
-    return Turn(services, request, options, services.llm.resolve(), cancel or CancelToken())
+    turn = Turn(services, request, options, services.llm.resolve(), cancel or CancelToken())
+    if (tid := trace_id()) is not None:  # tracing on: the done event names the turn's trace
+        turn.timings["trace_id"] = tid
+    return turn
 
 
 def run_turn(turn: Turn) -> Iterator[Event]:
-    """Yield the turn's events; exactly one Done or Error comes last. Closing the generator cancels the model."""
-    try:
-        yield from _run(turn)
-    except ApiError as exc:
-        yield Error(exc.message, exc.code, exc.status)
-    except Exception as exc:  # the stream must end with an error event, never a dropped connection
-        log.exception("chat turn failed")
-        yield Error(f"the turn failed: {type(exc).__name__}: {exc}", "internal", 500)
-    finally:
-        turn.cancel.cancel()
+    """Yield the turn's events; exactly one Done or Error comes last. Closing the generator cancels the model.
+    The turn's metrics are recorded once, at its end, from its timings (rag_worker/metrics.py)."""
+    with turn.carried.restored():  # this request's log context and trace, in whichever greenlet runs it
+        try:
+            yield from _run(turn)
+        except ApiError as exc:
+            turn.outcome = "failed"
+            yield Error(exc.message, exc.code, exc.status)
+        except Exception as exc:  # the stream must end with an error event, never a dropped connection
+            turn.outcome = "failed"
+            log.exception("chat turn failed")
+            yield Error(f"the turn failed: {type(exc).__name__}: {exc}", "internal", 500)
+        finally:
+            turn.cancel.cancel()
+            route = turn.route or turn.options.route
+            metrics.observe_turn(route, turn.outcome, turn.timings, turn.tokens, turn.grounding)
 
 
 @dataclass
@@ -106,6 +119,7 @@ def _run(turn: Turn) -> Iterator[Event]:
     reply = yield from _generate(turn, src, grounder)
     reply, cited = yield from _verify(turn, src, grounder, reply)
     turn.timings["total_ms"] = turn.elapsed_ms()
+    turn.route, turn.outcome = src.route, "abstained" if src.abstained else "answered"
     yield Done(_answer(turn, reply, src, cited))
 
 
@@ -175,17 +189,19 @@ def _generate(turn: Turn, src: Sources, grounder: Grounder | None):
         else:
             messages = generate.llm_messages(turn, turn.prompt("direct"), None)
         pieces = generate.stream_answer(turn, messages)
-    for piece in pieces:
-        if not answer_parts:
-            turn.timings["llm_first_token_ms"] = int((time.monotonic() - t_gen) * 1000)
-            turn.timings["first_token_ms"] = turn.elapsed_ms()
-        answer_parts.append(piece)
-        yield Token(piece)
-        if watch is not None and watch.feed(piece):
-            pieces.close()  # the draft can no longer pass the check: stop the model, the policy replaces it
-            turn.flags["draft_stopped"] = True
-            break
+    with stage_span("generate"):
+        for piece in pieces:
+            if not answer_parts:
+                turn.timings["llm_first_token_ms"] = int((time.monotonic() - t_gen) * 1000)
+                turn.timings["first_token_ms"] = turn.elapsed_ms()
+            answer_parts.append(piece)
+            yield Token(piece)
+            if watch is not None and watch.feed(piece):
+                pieces.close()  # the draft can no longer pass the check: stop the model, the policy replaces it
+                turn.flags["draft_stopped"] = True
+                break
     turn.timings["generate_ms"] = int((time.monotonic() - t_gen) * 1000)
+    turn.tokens = len(answer_parts)
     return "".join(answer_parts).strip()
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..schemas import ChatRequest
+from ..telemetry import Carried, stage_span
 from . import utility
 from .events import Step
 from .prompts import prompt as default_prompt
@@ -50,7 +51,7 @@ class Turn:
     llm: Resolved
     cancel: CancelToken
     started: float = field(default_factory=time.monotonic)
-    timings: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, int | str] = field(default_factory=dict)
     flags: dict[str, object] = field(default_factory=dict)
     # What the generator read, {ref: text} (set by generate.sources_message), and the grounding check's result.
     read: dict[str, str] = field(default_factory=dict)
@@ -58,6 +59,12 @@ class Turn:
     _vectors: dict[str, np.ndarray] = field(default_factory=dict)
     # Stored vectors of the chunks this turn's search returned, {(index, chunk id): vector} (for provenance).
     chunk_vectors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    # How the turn ended, for the metrics (answered, abstained, stopped, failed), the route it took and the
+    # tokens it streamed; and the request's context for its logs and spans (rag_worker/telemetry.py).
+    outcome: str = "stopped"
+    route: str | None = None
+    tokens: int = 0
+    carried: Carried = field(default_factory=Carried)
 
     @property
     def settings(self):
@@ -71,9 +78,12 @@ class Turn:
 
     @contextmanager
     def timed(self, key: str):
+        """Time a stage into `timings[key]` (the done event's, and the stage histogram's at the turn's end),
+        in a span of its own when tracing is on."""
         t0 = time.monotonic()
         try:
-            yield
+            with stage_span(key.removesuffix("_ms")):
+                yield
         finally:
             self.timings[key] = self.timings.get(key, 0) + int((time.monotonic() - t0) * 1000)
 

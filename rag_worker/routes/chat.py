@@ -6,6 +6,7 @@ from flask import jsonify
 
 from contract.answer import Answer
 
+from .. import metrics
 from ..errors import ApiError
 from ..openapi import sse
 from ..pipeline.chat import prepare, run_turn
@@ -37,7 +38,11 @@ def start_turn(req: ChatRequest) -> Turn:
     if (
         turn.options.route != "direct"
     ):  # a turn that may retrieve may wait in the queue: refuse when it's full
-        svc.turn_queue.admit()
+        try:
+            svc.turn_queue.admit()
+        except ApiError:
+            metrics.turn_refused(turn.options.route)
+            raise
     return turn
 
 

@@ -103,3 +103,36 @@ def config():
 def openapi():
     operations = current_app.extensions[OPERATIONS]
     return jsonify(spec(operations, auth_required=services().settings.worker_api_key is not None))
+
+
+METRICS_CONTENT = {"text/plain": {"schema": {"type": "string", "description": "Prometheus text exposition"}}}
+
+
+def metrics_allowed() -> bool:
+    """/metrics: to a client on this machine (not through a proxy), or to one sending the worker's key."""
+    from flask import request
+
+    from contract.observe import is_loopback_client
+
+    forwarded = bool(request.headers.get("X-Forwarded-For") or request.headers.get("Forwarded"))
+    if is_loopback_client(request.remote_addr, forwarded):
+        return True
+    return services().settings.worker_api_key is not None and has_valid_key()
+
+
+@routes.get(
+    "/metrics",
+    "Prometheus metrics (to loopback clients, or with the key; another caller gets 404 when no key is set)",
+    answer=METRICS_CONTENT,
+    errors=(404,),
+)
+def metrics():
+    from flask import Response
+
+    from ..errors import NotFound
+    from ..metrics import ENABLED, render
+
+    if not ENABLED or not metrics_allowed():  # METRICS=off: as if there were no such route
+        raise NotFound("no such route: /metrics", code="not_found")
+    body, content_type = render()
+    return Response(body, content_type=content_type)

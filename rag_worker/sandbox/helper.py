@@ -225,7 +225,9 @@ def main(argv: list[str]) -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)
-    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO").upper(), stream=sys.stderr)
+    from contract.observe import configure
+
+    configure("rag_worker")  # the worker's log format (LOG_FORMAT), on stderr like the worker's own lines
     for name in config.get("warm") or []:
         _resolve(name)(config.get("warm_args") or {})
     _Helper(proto_in, proto_out).serve()

@@ -384,6 +384,25 @@ def test_an_admin_changes_the_turn_defaults(page: Page):
     expect(page.locator(".settings-form .save-status")).to_have_text("Saved. New turns use these settings.")
 
 
+def test_an_admin_charts_the_turns_from_the_step_log(page: Page):
+    page.get_by_role("link", name="Admin").click()
+    page.get_by_role("tab", name="Statistics").click()
+    latency = page.locator("svg.latency-chart")
+    expect(latency).to_be_visible()
+    points = latency.locator("circle.point")
+    # Every turn of this story so far is a point; the note counts the same turns.
+    expect(page.locator(".stats-note")).to_have_text(re.compile(r"^\d+ turns? answered"))
+    count = int(page.locator(".stats-note").inner_text().split()[0])
+    assert count >= 3 and points.count() == count
+    stages = page.locator("svg.stage-chart")
+    expect(stages.locator("text", has_text="Retrieve")).to_have_count(1)
+    expect(stages.locator("text", has_text="Generate")).to_have_count(1)
+    assert stages.locator("rect.bar").count() >= 3
+    assert "median" in (stages.get_attribute("aria-label") or "").lower()
+    page.get_by_label("Window", exact=True).select_option(label="Last week")
+    expect(page.locator(".stats-note")).to_have_text(re.compile(rf"^{count} turns? answered"))
+
+
 VIEWS = {
     "login": None,
     "chat": "chat",

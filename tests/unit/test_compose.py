@@ -152,7 +152,16 @@ def test_every_variable_the_compose_file_sets_is_a_real_setting():
         return {f.alias for f in cls.model_fields.values() if f.alias}
 
     # Read by the process itself rather than by the settings class: gunicorn.conf.py, logging, the web root.
-    process_level = {"WORKER_WORKERS", "LOG_LEVEL", "FORWARDED_ALLOW_IPS", "WORKER_HOST", "WORKER_PORT"}
+    # And the observability settings both read at start (contract/observe.py, */telemetry.py).
+    process_level = {
+        "WORKER_WORKERS",
+        "LOG_LEVEL",
+        "FORWARDED_ALLOW_IPS",
+        "WORKER_HOST",
+        "WORKER_PORT",
+        "LOG_FORMAT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    }
     known = {
         "worker": aliases(WorkerSettings) | process_level,
         "gateway": aliases(GatewaySettings) | process_level,
@@ -241,3 +250,50 @@ def test_docker_build_contexts_leave_out_the_venv_and_data():
         ]
         assert lines[0] == "**", "exclude everything first, then re-include what the image needs"
         assert not any(re.match(r"!(\.venv|index_store|shared_uploads|logs)", ln) for ln in lines)
+
+
+def exported_samples() -> set[str]:
+    """Every sample name the two services' /metrics can show (a counter's `_total`, a histogram's parts)."""
+    from prometheus_client import Counter, Gauge, Histogram
+
+    from gateway import metrics as gateway_metrics
+    from rag_worker import metrics as worker_metrics
+
+    names: set[str] = set()
+    for module in (gateway_metrics, worker_metrics):
+        for metric in vars(module).values():
+            if isinstance(metric, Counter):
+                names.add(f"{metric._name}_total")
+            elif isinstance(metric, Histogram):
+                names |= {f"{metric._name}_{part}" for part in ("bucket", "sum", "count")}
+            elif isinstance(metric, Gauge):
+                names.add(metric._name)
+    return names
+
+
+def test_the_observability_profile_scrapes_both_services_and_charts_only_real_metrics():
+    import json
+    import re
+
+    services = load(COMPOSE)["services"]
+    for name in ("prometheus", "grafana", "jaeger"):
+        assert services[name]["profiles"] == ["observability"], name
+    prom = services["prometheus"]
+    config_path = DEPLOY / prom["volumes"][0].split(":")[0]
+    config = load(config_path)
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["rag_worker"]["static_configs"][0]["targets"] == ["worker:8001"]
+    assert jobs["gateway"]["static_configs"][0]["targets"] == ["gateway:8000"]
+    key_file = prom["configs"][0]["target"]
+    assert all(job["authorization"]["credentials_file"] == key_file for job in jobs.values())
+    assert load(COMPOSE)["configs"]["worker_key"]["content"] == "${WORKER_API_KEY:-}"
+    # The gateway answers to the name Prometheus scrapes it by (the Host check), the worker likewise.
+    assert "gateway" in default_of(env_of(services["gateway"])["GATEWAY_ALLOWED_HOSTS"]).split(",")
+    assert "worker" in default_of(env_of(services["worker"])["WORKER_ALLOWED_HOSTS"]).split(",")
+    # Grafana: the provisioned dashboard queries only what the services export.
+    mounts = dict(v.split(":")[:2] for v in services["grafana"]["volumes"] if v.startswith("./"))
+    dashboards = DEPLOY / next(src for src, dst in mounts.items() if dst == "/var/lib/grafana/dashboards")
+    [dashboard] = dashboards.glob("*.json")
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b(?:gateway|rag_worker)_[a-z_]+", e)}
+    assert len(used) >= 15 and used <= exported_samples(), used - exported_samples()

@@ -100,6 +100,8 @@ export const api = {
   changePassword: (currentPassword, newPassword) =>
     call("POST", "/api/auth/password", { current_password: currentPassword, new_password: newPassword }),
   listUsers: () => call("GET", "/api/users"),
+  /** The step log's statistics (administrators): per-stage medians and first-token latencies of `hours`. */
+  turnStats: (hours = 24) => call("GET", `/api/admin/turn-stats?hours=${encodeURIComponent(hours)}`),
   setUserDisabled: (id, disabled) => call("PATCH", `/api/users/${encodeURIComponent(id)}`, { disabled }),
   /** An administrator's change to an account: `{disabled}` and/or `{is_admin}`. */
   updateUser: (id, fields) => call("PATCH", `/api/users/${encodeURIComponent(id)}`, fields),

@@ -12,6 +12,7 @@ import { DocumentsView } from "./views/documents.js";
 import { KeysView } from "./views/keys.js";
 import { renderLogin } from "./views/login.js";
 import { SettingsView } from "./views/settings.js";
+import "./views/turnstats.js"; // its "Statistics" tab in the Admin area
 
 const app = document.getElementById("app");
 let shell = null;

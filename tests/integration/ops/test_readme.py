@@ -33,6 +33,11 @@ def test_process_level_variables_are_in_the_configuration_tables():
         "GATEWAY_HOST",
         "GATEWAY_PORT",
         "LOG_LEVEL",
+        # The observability layer's (contract/observe.py, */metrics.py, */telemetry.py).
+        "LOG_FORMAT",
+        "METRICS",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "PROMETHEUS_MULTIPROC_DIR",
     }
     gunicorn_conf = (ROOT / "deploy" / "gunicorn.conf.py").read_text()
     read_by_processes |= set(re.findall(r"_int\(\"([A-Z_]+)\"", gunicorn_conf))
