@@ -65,6 +65,14 @@ class UserUpdate(Body):
     disabled: bool | None = Field(default=None, json_schema_extra=_boolean)
     is_admin: bool | None = Field(default=None, json_schema_extra=_boolean)
 
+    @field_validator("disabled", "is_admin", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # The schema says boolean: a null is not "leave it as it is" (that is leaving the field out).
+        if value is None:
+            raise ValueError("must be true or false; leave the field out to keep it as it is")
+        return value
+
 
 class PasswordReset(Body):
     """An administrator sets a new password for an account (every session of it ends)."""

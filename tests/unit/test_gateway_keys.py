@@ -239,6 +239,11 @@ def test_a_key_acts_with_its_users_rights_as_they_are_now(client, admin) -> None
         ("user.create", None),
     ]
     assert {e["actor_name"] for e in events[:4]} == {"admin"}
+    # A null is neither true nor false: a 400 that names the field, and the account stays as it was.
+    r = c.patch(
+        f"/api/users/{gail['id']}", json={"disabled": False, "is_admin": None}, headers=session(admin)
+    )
+    assert (r.status_code, r.json()["field"]) == (400, "is_admin"), r.text
 
 
 def test_each_key_has_its_own_request_allowance(client, admin) -> None:
