@@ -166,6 +166,11 @@ class WorkerClient:
         params = {"index": index, "dataset": dataset, "filename": filename}
         return await self.open("GET", "/get_document", params=params)
 
+    async def get_document_text(self, index: str, dataset: str, filename: str) -> dict:
+        """A document's chunks in order, each with its page and location."""
+        params = {"index": index, "dataset": dataset, "filename": filename}
+        return await self.request_json("GET", "/get_document_text", params=params)
+
     async def get_documents(self, index: str) -> list[dict]:
         return await self.request_json("GET", "/get_documents", params={"index": index}) or []
 
