@@ -12,6 +12,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from .. import ranges
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
 from ..db import ChatIndex, Index, IndexDocument, utcnow
 from ..errors import Conflict
@@ -137,12 +138,16 @@ async def download_document(request: Request) -> Response:
     index, doc = await in_thread(
         _load_document, c, user.id, path_id(request), path_id(request, "document_id")
     )
-    stream = await c.worker.get_document(index.worker_name, doc.dataset, doc.filename)
-    headers = {"Content-Disposition": content_disposition(doc.filename)}
-    if "content-length" in stream.headers:
-        headers["Content-Length"] = stream.headers["content-length"]
+    # One byte range (gateway/ranges.py) when asked: PDF.js opens a large PDF without fetching all of it.
+    byte_range = ranges.parse(request.headers.get("range"))
+    stream = await c.worker.get_document(index.worker_name, doc.dataset, doc.filename, byte_range)
+    headers = {"Content-Disposition": content_disposition(doc.filename), "Accept-Ranges": "bytes"}
+    for name in ("content-length", "content-range"):
+        if name in stream.headers:
+            headers[name.title()] = stream.headers[name]
     return StreamingResponse(
         stream.raw(),
+        status_code=206 if stream.status_code == 206 and "content-range" in stream.headers else 200,
         headers=headers,
         media_type=stream.headers.get("content-type", "application/octet-stream"),
         background=BackgroundTask(stream.aclose),

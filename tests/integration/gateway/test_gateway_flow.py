@@ -228,3 +228,58 @@ def test_health_is_ok_then_names_ollama_when_it_stops(api, ollama):
 def test_the_web_app_is_served_at_the_root(api):
     r = api.get("/")
     assert r.status_code == 200 and "<html" in r.text.lower()
+
+
+def test_an_original_downloads_in_byte_ranges_and_bad_ranges_are_answered_per_rfc_7233(api, user, stack):
+    index = api.post("/api/indexes", json={"name": "Ranged"}, headers=user).json()
+    body = ("# Herons\n\n" + "Herons stand still in shallow water for a long time. " * 40 + "\n").encode()
+    doc = api.post(
+        f"/api/indexes/{index['id']}/documents",
+        headers=user,
+        files={"file": ("herons.md", body, "text/markdown")},
+    ).json()
+    url = f"/api/indexes/{index['id']}/documents/{doc['id']}/download"
+    size = len(body)
+
+    def get(value: str | None):
+        return api.get(url, headers={**user, **({"Range": value} if value is not None else {})})
+
+    whole = get(None)
+    assert whole.status_code == 200 and whole.content == body and whole.headers["accept-ranges"] == "bytes"
+    for asked, first, last in [
+        ("bytes=0-9", 0, 9),
+        ("bytes=10-", 10, size - 1),
+        ("bytes=-7", size - 7, size - 1),
+        (f"bytes=5-{size + 500}", 5, size - 1),  # an end past the file is cut at its end
+        (f"bytes=-{size * 3}", 0, size - 1),  # a suffix longer than the file is all of it
+        ("BYTES = 3 - 4", 3, 4),
+    ]:
+        part = get(asked)
+        assert part.status_code == 206, (asked, part.status_code, part.text[:200])
+        assert part.headers["content-range"] == f"bytes {first}-{last}/{size}", asked
+        assert (
+            part.content == body[first : last + 1] and int(part.headers["content-length"]) == last - first + 1
+        )
+    for asked in [
+        f"bytes={size}-",
+        f"bytes={size + 10}-{size + 20}",
+        "bytes=-0",
+        "bytes=99999999999999999999999-",
+    ]:
+        refused = get(asked)
+        assert refused.status_code == 416, (asked, refused.status_code)
+        assert refused.json()["code"] == "range_not_satisfiable" and refused.json()["error"]
+        if not asked.startswith("bytes=9999"):
+            assert refused.headers["content-range"] == f"bytes */{size}", asked
+    # Malformed, reversed, multi-range or foreign-unit headers are ignored: the whole file, never a 5xx.
+    for asked in ["bytes=9-3", "bytes=abc", "bytes=0-1,4-5", "items=0-3", "bytes=", "bytes=-", "x" * 500]:
+        ignored = get(asked)
+        assert ignored.status_code == 200 and ignored.content == body, asked
+    # Behind the same access checks: another user's range request is a 404 with nothing of the file.
+    register(api, "range_stranger")
+    r = api.post(
+        "/api/auth/login", json={"username": "range_stranger", "password": "a long enough passphrase"}
+    )
+    stranger = {"Authorization": f"Bearer {r.json()['token']}"}
+    other = api.get(url, headers={**stranger, "Range": "bytes=0-9"})
+    assert other.status_code == 404 and body[:10] not in other.content
