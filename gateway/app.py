@@ -13,7 +13,7 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, chats, lifecycle, meta, openapi
+from . import accounts, chats, lifecycle, meta, openapi, sources
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -94,6 +94,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *turns.routes,
         *builds.routes,  # before indexes: the build routes live there
         *indexes.routes,
+        *sources.routes,
         *meta.routes,
         *openapi.routes,
     ]

@@ -141,7 +141,12 @@ async def download_document(request: Request) -> Response:
     # One byte range (gateway/ranges.py) when asked: PDF.js opens a large PDF without fetching all of it.
     byte_range = ranges.parse(request.headers.get("range"))
     stream = await c.worker.get_document(index.worker_name, doc.dataset, doc.filename, byte_range)
-    headers = {"Content-Disposition": content_disposition(doc.filename), "Accept-Ranges": "bytes"}
+    headers = {
+        "Content-Disposition": content_disposition(doc.filename),
+        "Accept-Ranges": "bytes",
+        # A private file that a replacement changes under the same URL: never kept in the browser's cache.
+        "Cache-Control": "no-store",
+    }
     for name in ("content-length", "content-range"):
         if name in stream.headers:
             headers[name.title()] = stream.headers[name]
