@@ -13,7 +13,7 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, chats, lifecycle, meta, openapi, sources
+from . import accounts, chats, feedback, lifecycle, meta, openapi, sources
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *builds.routes,  # before indexes: the build routes live there
         *indexes.routes,
         *sources.routes,
+        *feedback.routes,
         *meta.routes,
         *openapi.routes,
     ]

@@ -283,3 +283,143 @@ def test_an_original_downloads_in_byte_ranges_and_bad_ranges_are_answered_per_rf
     stranger = {"Authorization": f"Bearer {r.json()['token']}"}
     other = api.get(url, headers={**stranger, "Range": "bytes=0-9"})
     assert other.status_code == 404 and body[:10] not in other.content
+
+
+def login(api, name: str) -> dict:
+    register(api, name)
+    r = api.post("/api/auth/login", json={"username": name, "password": "a long enough passphrase"})
+    return {"Authorization": f"Bearer {r.json()['token']}"}
+
+
+def answered(api, headers, index_id: int, question: str) -> tuple[int, int]:
+    """(chat id, the stored answer's message id) of a new one-turn chat over the index."""
+    chat = api.post("/api/chats", json={"index_ids": [index_id]}, headers=headers).json()
+    turn = stream_turn(api, chat["id"], headers, message=question)
+    return chat["id"], dict(turn)["saved"]["message_id"]
+
+
+def test_answers_are_rated_changed_and_reviewed_by_admins_and_index_owners_only(
+    api, user, duck_index, ollama
+):
+    assert api.get("/api/auth/me", headers=user).json()["is_admin"]  # the module's first account
+    chat_id, message_id = answered(api, user, duck_index["id"], "What do ducks eat?")
+    rate = f"/api/chats/{chat_id}/messages/{message_id}/feedback"
+    up = api.put(rate, json={"rating": "up"}, headers=user)
+    assert up.status_code == 200 and up.json()["rating"] == "up" and up.json()["reason"] is None
+    changed = api.put(
+        rate, json={"rating": "down", "reason": "incomplete", "comment": " misses seeds "}, headers=user
+    )
+    assert changed.status_code == 200 and changed.json()["id"] == up.json()["id"]  # one rating per answer
+    assert (changed.json()["rating"], changed.json()["reason"], changed.json()["comment"]) == (
+        "down",
+        "incomplete",
+        "misses seeds",
+    )
+    mine = api.get(f"/api/chats/{chat_id}/feedback", headers=user).json()["feedback"]
+    assert mine[str(message_id)]["rating"] == "down"
+
+    # Malformed and hostile input: 400s in the error shape, the stored rating untouched.
+    for body in (
+        {"rating": "meh"},
+        {"rating": "down", "reason": "other"},
+        {"rating": 1},
+        {"rating": "up", "comment": "x" * 2001},
+        {},
+    ):
+        r = api.put(rate, json=body, headers=user)
+        assert r.status_code == 400 and r.json()["error"], (body, r.status_code)
+    assert api.put(rate, content=b"{not json", headers=user).status_code == 400
+    user_message = api.get(f"/api/chats/{chat_id}", headers=user).json()["messages"][0]["id"]
+    for wrong in (
+        f"/api/chats/{chat_id}/messages/{user_message}/feedback",
+        f"/api/chats/{chat_id}/messages/99999999999/feedback",
+    ):
+        assert api.put(wrong, json={"rating": "up"}, headers=user).status_code == 404
+    assert (
+        api.get(f"/api/chats/{chat_id}/feedback", headers=user).json()["feedback"][str(message_id)]["reason"]
+        == "incomplete"
+    )
+
+    # Someone else's answer is a 404 to rate, to withdraw and to read, as if it did not exist.
+    owner_b = login(api, "feedback_owner_b")
+    for call in (
+        lambda: api.put(rate, json={"rating": "up"}, headers=owner_b),
+        lambda: api.delete(rate, headers=owner_b),
+    ):
+        assert call().status_code == 404
+    assert api.get(f"/api/chats/{chat_id}/feedback", headers=owner_b).status_code == 404
+
+    # A turn still running is a 409: it has no answer to rate yet.
+    ollama.token_delay_s = 0.3
+    chat = api.post("/api/chats", json={"index_ids": [duck_index["id"]]}, headers=user).json()
+    with api.stream(
+        "POST",
+        f"/api/chats/{chat['id']}/messages/stream",
+        json={"message": "Where do ducks live?"},
+        headers=user,
+    ) as resp:
+        from tests.integration.gateway.helpers import events
+
+        for name, _ in events(resp.iter_lines()):
+            if name == "token":
+                running = api.get(f"/api/chats/{chat['id']}", headers=user).json()["messages"][-1]
+                assert running["status"] == "running"
+                r = api.put(
+                    f"/api/chats/{chat['id']}/messages/{running['id']}/feedback",
+                    json={"rating": "up"},
+                    headers=user,
+                )
+                assert r.status_code == 409 and r.json()["code"] == "turn_running"
+                break
+    ollama.token_delay_s = 0.0
+    wait_idle(api, chat["id"], user)
+
+    # An index owner reviews the ratings on their own index only; the admin reviews all.
+    index_b = api.post("/api/indexes", json={"name": "Owls"}, headers=owner_b).json()
+    owl = b"# Owls\n\nOwls hunt mice at night and swallow them whole.\n"
+    assert (
+        api.post(
+            f"/api/indexes/{index_b['id']}/documents",
+            headers=owner_b,
+            files={"file": ("owls.md", owl, "text/markdown")},
+        ).status_code
+        == 201
+    )
+    chat_b, message_b = answered(api, owner_b, index_b["id"], "What do owls hunt?")
+    assert (
+        api.put(
+            f"/api/chats/{chat_b}/messages/{message_b}/feedback", json={"rating": "up"}, headers=owner_b
+        ).status_code
+        == 200
+    )
+    seen_b = api.get("/api/feedback", headers=owner_b).json()["items"]
+    assert [i["message_id"] for i in seen_b] == [message_b]
+    item = seen_b[0]
+    assert item["question"] == "What do owls hunt?" and item["answer"] and item["steps"]
+    assert (
+        item["documents"]
+        and item["documents"][0]["filename"] == "owls.md"
+        and item["index_ids"] == [index_b["id"]]
+    )
+    assert api.get(f"/api/feedback?index_id={duck_index['id']}", headers=owner_b).status_code == 404
+    everything = api.get("/api/feedback", headers=user).json()["items"]
+    assert {message_id, message_b} <= {i["message_id"] for i in everything}
+    ducks = api.get(f"/api/feedback?index_id={duck_index['id']}&rating=down", headers=user).json()["items"]
+    assert [(i["message_id"], i["reason"], i["comment"]) for i in ducks] == [
+        (message_id, "incomplete", "misses seeds")
+    ]
+    assert api.get("/api/feedback?rating=up&since=2999-01-01", headers=user).json()["items"] == []
+    for bad in ("rating=sideways", "since=yesterday", "limit=0", "limit=100000", "index_id=abc", "offset=-1"):
+        r = api.get(f"/api/feedback?{bad}", headers=user)
+        assert r.status_code == 400 and r.json()["field"], bad
+    import json as _json
+
+    with api.stream("GET", "/api/feedback/export", headers=user) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+        lines = [_json.loads(line) for line in r.iter_lines() if line]
+    assert [i["id"] for i in lines] == [i["id"] for i in everything]
+    # Withdrawn, then the chat deleted: nothing of it is left in the review.
+    assert api.delete(rate, headers=user).status_code == 204
+    assert str(message_id) not in api.get(f"/api/chats/{chat_id}/feedback", headers=user).json()["feedback"]
+    assert api.delete(f"/api/chats/{chat_b}", headers=owner_b).status_code == 204
+    assert api.get("/api/feedback", headers=owner_b).json()["items"] == []
