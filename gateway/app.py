@@ -13,7 +13,7 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, chats, feedback, lifecycle, meta, openapi, sources
+from . import accounts, chats, export, feedback, lifecycle, meta, openapi, sources
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -96,6 +96,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *indexes.routes,
         *sources.routes,
         *feedback.routes,
+        *export.routes,
         *meta.routes,
         *openapi.routes,
     ]

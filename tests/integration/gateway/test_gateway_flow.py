@@ -3,9 +3,12 @@ register, log in, build an index from an upload, chat with it, come back and fin
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.integration.gateway.helpers import DUCK, register, stream_turn, wait_idle
+from tests.servers import SHARED
 
 
 @pytest.fixture(scope="module")
@@ -423,3 +426,91 @@ def test_answers_are_rated_changed_and_reviewed_by_admins_and_index_owners_only(
     assert str(message_id) not in api.get(f"/api/chats/{chat_id}/feedback", headers=user).json()["feedback"]
     assert api.delete(f"/api/chats/{chat_b}", headers=owner_b).status_code == 204
     assert api.get("/api/feedback", headers=owner_b).json()["items"] == []
+
+
+MULTI_PAGE = SHARED / "fixtures" / "docling" / "sources" / "multi_page.pdf"
+CITED = re.compile(r"^- \[(S\d+)\] (.+?) — (.*)$")
+
+
+def lines_of(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+def unescape(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+@pytest.mark.skipif(
+    not MULTI_PAGE.exists(), reason="needs ../shared (fixtures/docling/sources/multi_page.pdf)"
+)
+def test_a_three_turn_chat_exports_as_markdown_whose_citations_resolve_in_the_index(api, user):
+    index = api.post("/api/indexes", json={"name": "Word processors"}, headers=user).json()
+    r = api.post(
+        f"/api/indexes/{index['id']}/documents",
+        headers=user,
+        files={"file": ("multi_page.pdf", MULTI_PAGE.read_bytes(), "application/pdf")},
+    )
+    assert r.status_code == 201, r.text
+    document = r.json()
+    chat = api.post(
+        "/api/chats", json={"index_ids": [index["id"]], "title": "Word *processors*"}, headers=user
+    ).json()
+    for question in (
+        "Which word processors are tailored for legal professionals?",
+        "What did Wang Laboratories introduce in the 1970s?",
+        "What did Microsoft Office Suite integrate?",
+    ):
+        assert "saved" in dict(stream_turn(api, chat["id"], user, message=question))
+    wait_idle(api, chat["id"], user)
+
+    got = api.get(f"/api/chats/{chat['id']}/export?format=markdown", headers=user)
+    assert got.status_code == 200 and got.headers["content-type"].startswith("text/markdown")
+    assert "attachment" in got.headers["content-disposition"]
+    markdown = got.text
+    assert markdown.startswith("# Word \\*processors\\*\n")
+    assert markdown.count("\n## ") == 3
+    text = api.get(f"/api/indexes/{index['id']}/documents/{document['id']}/text", headers=user).json()
+    files = {d["filename"] for d in api.get(f"/api/indexes/{index['id']}", headers=user).json()["documents"]}
+    lines = markdown.splitlines()
+    citations = 0
+    for n, line in enumerate(lines):
+        match = CITED.match(line)
+        if not match:
+            continue
+        citations += 1
+        ref, filename, where = match.groups()
+        assert unescape(filename) in files
+        pages = [int(p) for p in re.findall(r"\d+", where.split(" · ")[0])]
+        assert where.split(" · ")[0].startswith(("p. ", "pp. ")) and pages, where
+        quoted = []
+        for follow in lines[n + 1 :]:
+            if not follow.startswith("  >"):
+                break
+            quoted.append(follow[4:])
+        passage = "\n".join(quoted).strip()
+        # the quote is a passage of that file, on the page cited
+        on_page = [c for c in text["chunks"] if lines_of(c["text"]) == passage]
+        assert on_page and on_page[0]["page"] == pages[0], (ref, where, passage[:80])
+    assert citations >= 3  # one cited source per answer at least
+
+    typed = api.get(f"/api/chats/{chat['id']}/export?format=json", headers=user).json()
+    assert typed["chat"]["id"] == chat["id"] and typed["chat"]["index_ids"] == [index["id"]]
+    answers = [m for m in typed["messages"] if m["role"] == "assistant"]
+    assert len(answers) == 3 and all(m["answer"]["citations"] for m in answers)
+    assert api.get(f"/api/chats/{chat['id']}/export?format=pdf", headers=user).status_code == 400
+    stranger = login(api, "export_stranger")
+    assert api.get(f"/api/chats/{chat['id']}/export?format=json", headers=stranger).status_code == 404
+
+    import json as _json
+
+    with api.stream("GET", "/api/account/export", headers=user) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+        rows = [_json.loads(line) for line in r.iter_lines() if line]
+    assert rows[0]["type"] == "account" and rows[0]["username"] == "flow_user"
+    chats = [row for row in rows if row["type"] == "chat"]
+    assert chat["id"] in {c["id"] for c in chats}
+    mine = [row for row in rows if row["type"] == "message" and row["chat_id"] == chat["id"]]
+    assert [m["role"] for m in mine] == ["user", "assistant"] * 3
+    with api.stream("GET", "/api/account/export", headers=stranger) as r:
+        only = [_json.loads(line) for line in r.iter_lines() if line]
+    assert [row["type"] for row in only] == ["account"]  # nothing of another account
