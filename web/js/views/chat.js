@@ -73,7 +73,7 @@ export class ChatView {
     this.exportMenu = h(
       "details",
       { class: "export-menu", hidden: !id },
-      h("summary", { class: "chip-button", text: "Export" }),
+      h("summary", { class: "export-button", text: "Export" }),
       h(
         "div",
         { class: "export-items" },
