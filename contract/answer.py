@@ -37,6 +37,31 @@ class Message(Strict):
     content: str
 
 
+class Location(BaseModel):
+    """Where a passage is in its original (rag_worker/ingest/locations.py); every field optional, as an index
+    built before locations has none and each kind of file fills its own."""
+
+    model_config = ConfigDict(extra="allow")
+
+    label: str | None = Field(
+        default=None,
+        max_length=1000,
+        description="as a citation shows it: p. 3, pp. 3–4, Sheet 'Wards', rows 12–40, Slide 4, Intro › Setup",
+    )
+    pages: list[Int] | None = None
+    boxes: list[list[float]] | None = Field(
+        default=None,
+        description="PDF: [page, x0, y0, x1, y1] per box, fractions of the page, origin top left",
+    )
+    ocr: bool | None = Field(default=None, description="the boxes are the OCR's line boxes on a scanned page")
+    sheet: str | None = None
+    rows: list[Int] | None = Field(default=None, description="[first, last] as the sheet numbers its rows")
+    parts: list[dict[str, Any]] | None = None
+    slide: Int | None = None
+    slides: list[Int] | None = None
+    headings: list[str] | None = None
+
+
 class Document(Strict):
     """A retrieved passage (or the `sql` route's computed table), as shown and as sent back next turn."""
 
@@ -47,6 +72,7 @@ class Document(Strict):
     index: str | None = None
     page: Int | None = None
     chunk_index: Int | None = None
+    location: Location | None = None
     text: str
     context: str | None = None
     score: float | None = None
@@ -70,6 +96,7 @@ class Citation(Open):
     id: str
     filename: str
     page: int | None = None
+    location: Location | None = None
 
 
 class GroundedSentence(Open):

@@ -13,7 +13,22 @@ from starlette.routing import Mount
 
 from contract.hosts import AllowedHosts
 
-from . import accounts, audit, chats, groups, keys_api, lifecycle, meta, metrics, openapi, telemetry, v1
+from . import (
+    accounts,
+    audit,
+    chats,
+    export,
+    feedback,
+    groups,
+    keys_api,
+    lifecycle,
+    meta,
+    metrics,
+    openapi,
+    sources,
+    telemetry,
+    v1,
+)
 from .auth import LoginThrottle, RateLimit
 from .context import Context
 from .db import Database
@@ -102,6 +117,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *sharing.routes,
         *groups.routes,
         *audit.routes,
+        *sources.routes,
+        *feedback.routes,
+        *export.routes,
         *meta.routes,
         *openapi.routes,
         *v1.routes,

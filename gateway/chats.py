@@ -210,6 +210,9 @@ async def delete_chat(request: Request) -> Response:
     def remove() -> None:
         with c.db.session() as s:
             chat = owned_chat(s, user.id, chat_id)
+            from .feedback import delete_chat_feedback  # feedback imports this module
+
+            delete_chat_feedback(s, chat.id)
             s.exec(delete(Message).where(col(Message.chat_id) == chat.id))
             s.exec(delete(ChatIndex).where(col(ChatIndex.chat_id) == chat.id))
             s.delete(chat)

@@ -372,6 +372,13 @@ def _step_log(conn: Connection) -> None:
     TurnStep.__table__.create(conn, checkfirst=True)
 
 
+def _feedback(conn: Connection) -> None:
+    """Ratings of answers and the indexes each rated answer drew on (gateway/feedback.py has the models)."""
+    from .feedback import migrate_feedback
+
+    migrate_feedback(conn)
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
@@ -382,6 +389,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (6, "teams: groups, index grants, the audit log", _teams),
     (7, "API keys per user", _api_keys),
     (8, "the step log: each finished turn's steps in turn_steps", _step_log),
+    (9, "ratings of answers (feedback) and the indexes they drew on", _feedback),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

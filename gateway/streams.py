@@ -120,6 +120,10 @@ class WorkerStream:
     def headers(self) -> httpx.Headers:
         return self._resp.headers
 
+    @property
+    def status_code(self) -> int:
+        return self._resp.status_code
+
     async def frames(self) -> AsyncIterator[Frame]:
         try:
             async for f in read_frames(self._resp.aiter_lines()):

@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
+from . import ranges
 from .errors import WorkerFailed
 from .settings import Settings
 from .streams import WorkerStream, open_stream, send_once_more, unreachable, worker_error
@@ -161,10 +162,43 @@ class WorkerClient:
         accept = {"Accept": "text/event-stream"}
         return await self.open("POST", "/add_document", idempotent=True, headers=accept, **upload)
 
-    async def get_document(self, index: str, dataset: str, filename: str) -> WorkerStream:
-        """The original file, streamed."""
+    async def get_document(
+        self, index: str, dataset: str, filename: str, byte_range: str | None = None
+    ) -> WorkerStream:
+        """The original file, streamed; `byte_range` (gateway/ranges.parse) asks for one range of it: a 206, or
+        RangeNotSatisfiable (416) when it starts past the end."""
         params = {"index": index, "dataset": dataset, "filename": filename}
-        return await self.open("GET", "/get_document", params=params)
+        if byte_range is None:
+            return await self.open("GET", "/get_document", params=params)
+        resp = await self._get_range(params, byte_range)
+        if resp.status_code == 416 and byte_range.startswith("bytes=-"):
+            # A suffix longer than the file is all of it (RFC 9110 §14.1.3); Werkzeug refuses it instead.
+            await resp.aclose()
+            resp = await self._get_range(params, "bytes=0-")
+        if resp.status_code == 416:
+            await resp.aclose()
+            raise ranges.not_satisfiable(resp.headers.get("content-range"))
+        if resp.status_code >= 400:
+            try:
+                body = await resp.aread()
+            finally:
+                await resp.aclose()
+            raise worker_error(resp, body)
+        return WorkerStream(resp)
+
+    async def _get_range(self, params: dict, byte_range: str) -> httpx.Response:
+        request = self.http.build_request(
+            "GET", "/get_document", params=params, headers={"Range": byte_range}
+        )
+        try:
+            return await send_once_more(self.http, request, retry=True)
+        except httpx.TransportError as exc:
+            raise unreachable(self.settings.worker_url, exc) from None
+
+    async def get_document_text(self, index: str, dataset: str, filename: str) -> dict:
+        """A document's chunks in order, each with its page and location."""
+        params = {"index": index, "dataset": dataset, "filename": filename}
+        return await self.request_json("GET", "/get_document_text", params=params)
 
     async def get_documents(self, index: str) -> list[dict]:
         return await self.request_json("GET", "/get_documents", params={"index": index}) or []

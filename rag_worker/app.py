@@ -111,10 +111,19 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException):
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_type"}
+        codes = {
+            404: "not_found",
+            405: "method_not_allowed",
+            413: "too_large",
+            415: "unsupported_type",
+            416: "range_not_satisfiable",
+        }
         body = {"error": err.description or err.name, "code": codes.get(err.code or 400, "bad_request")}
         allowed = getattr(err, "valid_methods", None)  # a 405 says what is allowed (RFC 9110)
-        return error(body, err.code or 400, {"Allow": ", ".join(allowed)} if allowed else None)
+        headers = {"Allow": ", ".join(allowed)} if allowed else None
+        if err.code == 416 and getattr(err, "length", None) is not None:  # a 416 says the size (RFC 9110)
+            headers = {"Content-Range": f"bytes */{err.length}"}
+        return error(body, err.code or 400, headers)
 
     @app.errorhandler(Exception)
     def unexpected(err: Exception):

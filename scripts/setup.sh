@@ -36,7 +36,8 @@ fi
 
 if [ -f web/package-lock.json ]; then
   if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
-    npm ci --prefix web --no-audit --no-fund --loglevel=error
+    # --omit=optional: pdfjs-dist's optional @napi-rs/canvas is a native module for Node only, never the browser
+    npm ci --prefix web --omit=optional --no-audit --no-fund --loglevel=error
   fi
 fi
 

@@ -11,7 +11,7 @@ from sqlmodel import col, delete, select
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .. import audit
+from .. import audit, ranges
 from ..access import EDITOR, OWNER, READER, Access, index_access, read_index, readable_indexes, require_index
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
 from ..db import ChatIndex, Index, IndexDocument, IndexGrant, User, utcnow
@@ -151,14 +151,23 @@ async def download_document(request: Request) -> Response:
     index, doc = await in_thread(
         _load_document, c, user, path_id(request), path_id(request, "document_id"), READER
     )
-    stream = await c.worker.get_document(index.worker_name, doc.dataset, doc.filename)
-    headers = {"Content-Disposition": content_disposition(doc.filename)}
-    if "content-length" in stream.headers:
-        headers["Content-Length"] = stream.headers["content-length"]
+    # One byte range (gateway/ranges.py) when asked: PDF.js opens a large PDF without fetching all of it.
+    byte_range = ranges.parse(request.headers.get("range"))
+    stream = await c.worker.get_document(index.worker_name, doc.dataset, doc.filename, byte_range)
+    headers = {
+        "Content-Disposition": content_disposition(doc.filename),
+        "Accept-Ranges": "bytes",
+        # A private file that a replacement changes under the same URL: never kept in the browser's cache.
+        "Cache-Control": "no-store",
+    }
+    for name in ("content-length", "content-range"):
+        if name in stream.headers:
+            headers[name.title()] = stream.headers[name]
     # The worker's stream is closed however the download ends, the browser gone before its first byte included.
     return RelayedResponse(
         stream.raw(),
         on_end=[stream.aclose],
+        status_code=206 if stream.status_code == 206 and "content-range" in stream.headers else 200,
         headers=headers,
         media_type=stream.headers.get("content-type", "application/octet-stream"),
     )

@@ -23,6 +23,8 @@ from docling_core.transforms.serializer.markdown import MarkdownTableSerializer
 from docling_core.types.doc import DoclingDocument, TableItem
 from pydantic import PrivateAttr
 
+from .locations import Locator
+
 
 @dataclass
 class Chunk:
@@ -89,6 +91,7 @@ class Chunker:
     def chunk(self, doc: DoclingDocument) -> list[Chunk]:
         chunks: list[Chunk] = []
         fence: str | None = None  # the opening line of a code block the last chunk left open
+        locator = Locator(doc)
         for raw in self._chunker.chunk(dl_doc=doc):
             if not raw.text.strip():
                 continue
@@ -101,6 +104,9 @@ class Chunker:
             metadata = {"headings": headings, "content_types": labels}
             if len(pages) > 1:
                 metadata["pages"] = pages
+            location = locator.locate(raw.meta.doc_items, text, headings, pages)
+            if location:
+                metadata["location"] = location
             chunks.append(
                 Chunk(
                     chunk_index=len(chunks),

@@ -198,7 +198,7 @@ class Converter:
             (lambda done, total, page: progress(ocr_event(page, done, total))) if progress else None,
         )
         add_page_texts(doc, path, texts)
-        return [n for n, t in texts.items() if t.strip()]
+        return [n for n, t in texts.items() if t.text.strip()]
 
     def _convert_docling(self, path: Path, kind: str, filename: str) -> DoclingDocument:
         from docling.datamodel.base_models import ConversionStatus
@@ -265,26 +265,40 @@ def text_document(text: str, name: str) -> DoclingDocument:
     return doc
 
 
-def add_page_texts(doc: DoclingDocument, path: Path, texts: dict[int, str]) -> None:
-    """Add OCR text to `doc` as paragraphs carrying their page number (chunks keep it, as for other PDFs)."""
+def add_page_texts(doc: DoclingDocument, path: Path, pages: dict[int, ocr_mod.OcrPage]) -> None:
+    """Add OCR text to `doc` as paragraphs carrying their page number and, per line, the box Tesseract found it
+    in (in PDF points, origin top left), so a chunk's passage can be highlighted on the scanned page. A page
+    read without boxes keeps the text's paragraphs with the whole page as their box."""
     import pypdfium2 as pdfium
-    from docling_core.types.doc import BoundingBox, ProvenanceItem, Size
+    from docling_core.types.doc import BoundingBox, CoordOrigin, ProvenanceItem, Size
 
     pdf = pdfium.PdfDocument(str(path))
     try:
-        for number, text in sorted(texts.items()):
+        for number, page in sorted(pages.items()):
             width, height = pdf[number - 1].get_size()
             if number not in doc.pages:
                 doc.add_page(page_no=number, size=Size(width=width, height=height))
-            for para in _PARAGRAPH_BREAK.split(text.replace("\r\n", "\n")):
-                para = " ".join(para.split())
-                if para:
-                    prov = ProvenanceItem(
+            scale_x = width / page.width if page.width else 1.0
+            scale_y = height / page.height if page.height else 1.0
+            paragraphs = [(p.text, p.lines) for p in page.paragraphs if p.text.strip()]
+            if not paragraphs:
+                paragraphs = [
+                    (" ".join(para.split()), [])
+                    for para in _PARAGRAPH_BREAK.split(page.text.replace("\r\n", "\n"))
+                    if para.strip()
+                ]
+            for text, lines in paragraphs:
+                boxes = [(x0 * scale_x, y0 * scale_y, x1 * scale_x, y1 * scale_y) for x0, y0, x1, y1 in lines]
+                prov = [
+                    ProvenanceItem(
                         page_no=number,
-                        bbox=BoundingBox(l=0, t=0, r=width, b=height),
-                        charspan=(0, len(para)),
+                        bbox=BoundingBox(l=x0, t=y0, r=x1, b=y1, coord_origin=CoordOrigin.TOPLEFT),
+                        charspan=(0, len(text)),
                     )
-                    doc.add_text(label=DocItemLabel.TEXT, text=para, prov=prov)
+                    for x0, y0, x1, y1 in boxes or [(0, 0, width, height)]
+                ]
+                item = doc.add_text(label=DocItemLabel.TEXT, text=text, prov=prov[0])
+                item.prov.extend(prov[1:])
     finally:
         pdf.close()
 

@@ -85,15 +85,41 @@ def require(options: OcrOptions, what: str) -> None:
     raise IngestError("no_text_layer", f"{what} has no text layer and OCR is unavailable: {state['reason']}")
 
 
+@dataclass
+class OcrParagraph:
+    """One paragraph Tesseract read: its words joined, and each of its lines' box in image pixels (l, t, r, b;
+    origin top left)."""
+
+    text: str
+    lines: list[tuple[int, int, int, int]]
+
+
+@dataclass
+class OcrPage:
+    text: str
+    paragraphs: list[OcrParagraph]
+    width: int  # the image's size in pixels
+    height: int
+
+
 def ocr_image(image: Path, options: OcrOptions, deadline: float) -> str:
     """Text of one image file; IngestError when it runs past the file's deadline or cannot be read."""
+    return _tesseract(image, options, deadline, boxes=False).text
+
+
+def ocr_image_boxes(image: Path, options: OcrOptions, deadline: float) -> OcrPage:
+    """`ocr_image` with the paragraphs and their line boxes (Tesseract's TSV, from the same run)."""
+    return _tesseract(image, options, deadline, boxes=True)
+
+
+def _tesseract(image: Path, options: OcrOptions, deadline: float, *, boxes: bool) -> OcrPage:
     binary = tesseract() or "tesseract"
     left = deadline - time.monotonic()
     if left <= 0:
         raise IngestError("timeout", f"OCR took longer than {options.timeout_s:g} s (OCR_TIMEOUT_S)")
     out_base = image.with_suffix("")
     log_path = image.with_suffix(".log")
-    cmd = [binary, str(image), str(out_base), "-l", options.languages]
+    cmd = [binary, str(image), str(out_base), "-l", options.languages, *(["txt", "tsv"] if boxes else [])]
     try:
         code = run_limited(
             cmd,
@@ -110,7 +136,44 @@ def ocr_image(image: Path, options: OcrOptions, deadline: float) -> str:
         raise IngestError(
             "corrupt", f"the image cannot be read by OCR ({(detail or [f'exit {code}'])[0][:200]})"
         )
-    return text_path.read_text("utf-8", "replace")
+    text = text_path.read_text("utf-8", "replace")
+    tsv_path = out_base.with_suffix(".tsv")
+    if not boxes or not tsv_path.exists():
+        return OcrPage(text, [], 0, 0)
+    return parse_tsv(text, tsv_path.read_text("utf-8", "replace"))
+
+
+def parse_tsv(text: str, tsv: str) -> OcrPage:
+    """Tesseract's TSV as paragraphs of words with one box per line (level 5 rows are words)."""
+    width = height = 0
+    paragraphs: dict[tuple[int, int], dict] = {}
+    for row in tsv.splitlines()[1:]:
+        cols = row.split("\t")
+        if len(cols) < 12:
+            continue
+        try:
+            level, _, block, par, line, _, left, top, w, h = (int(v) for v in cols[:10])
+        except ValueError:
+            continue
+        if level == 1:
+            width, height = w, h
+        word = cols[11].strip()
+        if level != 5 or not word:
+            continue
+        para = paragraphs.setdefault((block, par), {"words": [], "lines": {}})
+        para["words"].append(word)
+        box = para["lines"].get(line)
+        right, bottom = left + w, top + h
+        para["lines"][line] = (
+            (left, top, right, bottom)
+            if box is None
+            else (min(box[0], left), min(box[1], top), max(box[2], right), max(box[3], bottom))
+        )
+    out = [
+        OcrParagraph(" ".join(p["words"]), [p["lines"][k] for k in sorted(p["lines"])])
+        for _, p in sorted(paragraphs.items())
+    ]
+    return OcrPage(text, out, width, height)
 
 
 def normalise_image(path: Path, out: Path) -> Path:
@@ -163,12 +226,13 @@ def ocr_pdf_pages(
     pages: list[int],
     options: OcrOptions,
     progress: Callable[[int, int, int], None] | None = None,
-) -> dict[int, str]:
-    """OCR the given 1-based pages of a PDF; page number -> text. `progress(done, total, page)` after each page."""
+) -> dict[int, OcrPage]:
+    """OCR the given 1-based pages of a PDF; page number -> what was read (text, paragraphs with line boxes in
+    pixels of the page rendered at RENDER_SCALE). `progress(done, total, page)` after each page."""
     import pypdfium2 as pdfium
 
     deadline = time.monotonic() + options.timeout_s
-    out: dict[int, str] = {}
+    out: dict[int, OcrPage] = {}
     pdf = pdfium.PdfDocument(str(path))
     try:
         with tempfile.TemporaryDirectory(prefix="rag-ocr-") as tmp:
@@ -180,7 +244,7 @@ def ocr_pdf_pages(
                     page.close()
                 png = Path(tmp) / f"page-{number}.png"
                 image.save(png, format="PNG")
-                out[number] = ocr_image(png, options, deadline)
+                out[number] = ocr_image_boxes(png, options, deadline)
                 png.unlink(missing_ok=True)
                 if progress:
                     progress(done, len(pages), number)

@@ -20,7 +20,10 @@ def validate(reply: str, documents: list[dict]) -> tuple[str, list[dict], list[s
         invented.extend(r for r in refs if r not in by_ref)
         for r in valid:
             d = by_ref[r]
-            cited.setdefault(r, {"ref": r, "id": d["id"], "filename": d["filename"], "page": d.get("page")})
+            citation = {"ref": r, "id": d["id"], "filename": d["filename"], "page": d.get("page")}
+            if d.get("location"):  # an index built before locations has none
+                citation["location"] = d["location"]
+            cited.setdefault(r, citation)
         return "[" + ", ".join(valid) + "]" if valid else ""
 
     cleaned = GROUP_RE.sub(keep, reply)

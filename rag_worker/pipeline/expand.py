@@ -21,6 +21,7 @@ def to_document(hit, rank: int, ref: str) -> dict:
         "index": hit.index,
         "page": hit.page,
         "chunk_index": hit.chunk_index,
+        "location": hit.metadata.get("location") or None,
         "text": hit.text,
         "context": None,
         "score": round(float(hit.score), 6),

@@ -237,6 +237,64 @@ def get_document():
     return resp
 
 
+DOCUMENT_TEXT = json_content(
+    {
+        "type": "object",
+        "properties": {
+            "filename": {"type": "string"},
+            "dataset": {"type": "string"},
+            "document_id": {"type": "string"},
+            "chunks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "chunk_index": {"type": "integer"},
+                        "page": {"type": ["integer", "null"]},
+                        "text": {"type": "string"},
+                        "location": {"type": ["object", "null"]},
+                    },
+                },
+            },
+        },
+    }
+)
+
+
+@routes.get(
+    "/get_document_text",
+    "A document's converted text: its chunks in order, each with its page and location",
+    answer=DOCUMENT_TEXT,
+    params=(INDEX_Q, query_param("dataset", False), query_param("filename", True, FILENAME_SCHEMA)),
+    errors=(400, 404),
+)
+def get_document_text():
+    svc = services()
+    index = read_index_arg()
+    dataset = check_name(request.args.get("dataset", "default"), "dataset")
+    filename = check_filename(request.args.get("filename", ""))
+    require_index(svc, index)
+    hits = svc.store.document_chunks(index, dataset, filename)
+    if not hits:
+        raise DocumentNotFound(index, dataset, filename)
+    return jsonify(
+        {
+            "filename": filename,
+            "dataset": dataset,
+            "document_id": hits[0].document_id,
+            "chunks": [
+                {
+                    "chunk_index": h.chunk_index,
+                    "page": h.page,
+                    "text": h.text,
+                    "location": h.metadata.get("location") or None,
+                }
+                for h in hits
+            ],
+        }
+    )
+
+
 @routes.post(
     "/delete",
     "Remove one file: its rows, vectors and full-text entries",

@@ -265,6 +265,14 @@ class Reader:
             hits.sort(key=lambda h: h.chunk_index)
         return out
 
+    def document_chunks(self, index: str, dataset: str, filename: str) -> list[Hit]:
+        """Every chunk of one document in document order: its converted text, passage by passage, with each
+        passage's page and location (the web's source viewer shows a text file this way)."""
+        check_name(dataset, "dataset")
+        filename = check_filename(filename)
+        rows = self._read(index, lambda table: scan(table, doc_filter(dataset, filename), HIT_COLUMNS))
+        return sorted((to_hit(index, row) for row in rows), key=lambda h: h.chunk_index)
+
     def vectors(self, index: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """The stored vectors of the chunks with these ids (those that exist), so no caller re-embeds a chunk."""
         wanted = [i for i in dict.fromkeys(ids) if isinstance(i, str) and NAME_RE.fullmatch(i)]

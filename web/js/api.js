@@ -190,6 +190,23 @@ export const api = {
     const query = new URLSearchParams(Object.entries(filters).filter(([, v]) => v !== undefined && v !== null && v !== ""));
     return call("GET", `/api/audit${query.size ? `?${query}` : ""}`);
   },
+  /** One cited source of a stored answer, resolved to its document today (gateway/sources.py). */
+  openSource: (chatId, messageId, ref) =>
+    call(
+      "GET",
+      `/api/chats/${encodeURIComponent(chatId)}/messages/${encodeURIComponent(messageId)}/sources/${encodeURIComponent(ref)}`,
+    ),
+  /** A document's converted text, passage by passage (the URL the source gave as `text_url`). */
+  documentText: (textUrl) => call("GET", textUrl),
+  /** The ratings of a chat's answers: `{"feedback": {message_id: {...}}}`. */
+  chatFeedback: (chatId) => call("GET", `/api/chats/${encodeURIComponent(chatId)}/feedback`),
+  rateMessage: (chatId, messageId, fields) =>
+    call("PUT", `/api/chats/${encodeURIComponent(chatId)}/messages/${encodeURIComponent(messageId)}/feedback`, fields),
+  unrateMessage: (chatId, messageId) =>
+    call("DELETE", `/api/chats/${encodeURIComponent(chatId)}/messages/${encodeURIComponent(messageId)}/feedback`),
+  /** A chat as a file: format "markdown" or "json" (a Response: the caller saves its blob). */
+  exportChat: (chatId, format) =>
+    send("GET", `/api/chats/${encodeURIComponent(chatId)}/export?format=${encodeURIComponent(format)}`),
 
   getSettings: () => call("GET", "/api/settings"),
   putSettings: (settings) => call("PUT", "/api/settings", settings),

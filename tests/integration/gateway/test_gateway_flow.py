@@ -5,11 +5,14 @@ module's stack: no worker of their own)."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import openai
 import pytest
 
 from tests.integration.gateway.helpers import DUCK, register, stream_turn, wait_idle
+from tests.servers import SHARED
 
 
 @pytest.fixture(scope="module")
@@ -343,3 +346,286 @@ def test_another_users_index_is_a_404_and_a_revoked_key_a_401(gateway, api, peop
     # A session token works on /v1 as well (the web's own scripts, a quick curl).
     r = httpx.get(f"{gateway.url}/v1/models", headers=people["alice"], timeout=30)
     assert r.status_code == 200 and len(r.json()["data"]) == 2
+
+
+def test_an_original_downloads_in_byte_ranges_and_bad_ranges_are_answered_per_rfc_7233(api, user, stack):
+    index = api.post("/api/indexes", json={"name": "Ranged"}, headers=user).json()
+    body = ("# Herons\n\n" + "Herons stand still in shallow water for a long time. " * 40 + "\n").encode()
+    doc = api.post(
+        f"/api/indexes/{index['id']}/documents",
+        headers=user,
+        files={"file": ("herons.md", body, "text/markdown")},
+    ).json()
+    url = f"/api/indexes/{index['id']}/documents/{doc['id']}/download"
+    size = len(body)
+
+    def get(value: str | None):
+        return api.get(url, headers={**user, **({"Range": value} if value is not None else {})})
+
+    whole = get(None)
+    assert whole.status_code == 200 and whole.content == body and whole.headers["accept-ranges"] == "bytes"
+    for asked, first, last in [
+        ("bytes=0-9", 0, 9),
+        ("bytes=10-", 10, size - 1),
+        ("bytes=-7", size - 7, size - 1),
+        (f"bytes=5-{size + 500}", 5, size - 1),  # an end past the file is cut at its end
+        (f"bytes=-{size * 3}", 0, size - 1),  # a suffix longer than the file is all of it
+        ("BYTES = 3 - 4", 3, 4),
+    ]:
+        part = get(asked)
+        assert part.status_code == 206, (asked, part.status_code, part.text[:200])
+        assert part.headers["content-range"] == f"bytes {first}-{last}/{size}", asked
+        assert (
+            part.content == body[first : last + 1] and int(part.headers["content-length"]) == last - first + 1
+        )
+    for asked in [
+        f"bytes={size}-",
+        f"bytes={size + 10}-{size + 20}",
+        "bytes=-0",
+        "bytes=99999999999999999999999-",
+    ]:
+        refused = get(asked)
+        assert refused.status_code == 416, (asked, refused.status_code)
+        assert refused.json()["code"] == "range_not_satisfiable" and refused.json()["error"]
+        if not asked.startswith("bytes=9999"):
+            assert refused.headers["content-range"] == f"bytes */{size}", asked
+    # Malformed, reversed, multi-range or foreign-unit headers are ignored: the whole file, never a 5xx.
+    for asked in ["bytes=9-3", "bytes=abc", "bytes=0-1,4-5", "items=0-3", "bytes=", "bytes=-", "x" * 500]:
+        ignored = get(asked)
+        assert ignored.status_code == 200 and ignored.content == body, asked
+    # Behind the same access checks: another user's range request is a 404 with nothing of the file.
+    register(api, "range_stranger")
+    r = api.post(
+        "/api/auth/login", json={"username": "range_stranger", "password": "a long enough passphrase"}
+    )
+    stranger = {"Authorization": f"Bearer {r.json()['token']}"}
+    other = api.get(url, headers={**stranger, "Range": "bytes=0-9"})
+    assert other.status_code == 404 and body[:10] not in other.content
+
+
+def login(api, name: str) -> dict:
+    register(api, name)
+    r = api.post("/api/auth/login", json={"username": name, "password": "a long enough passphrase"})
+    return {"Authorization": f"Bearer {r.json()['token']}"}
+
+
+def answered(api, headers, index_id: int, question: str) -> tuple[int, int]:
+    """(chat id, the stored answer's message id) of a new one-turn chat over the index."""
+    chat = api.post("/api/chats", json={"index_ids": [index_id]}, headers=headers).json()
+    turn = stream_turn(api, chat["id"], headers, message=question)
+    return chat["id"], dict(turn)["saved"]["message_id"]
+
+
+def test_answers_are_rated_changed_and_reviewed_by_admins_and_index_owners_only(
+    api, user, duck_index, ollama
+):
+    assert api.get("/api/auth/me", headers=user).json()["is_admin"]  # the module's first account
+    chat_id, message_id = answered(api, user, duck_index["id"], "What do ducks eat?")
+    rate = f"/api/chats/{chat_id}/messages/{message_id}/feedback"
+    up = api.put(rate, json={"rating": "up"}, headers=user)
+    assert up.status_code == 200 and up.json()["rating"] == "up" and up.json()["reason"] is None
+    changed = api.put(
+        rate, json={"rating": "down", "reason": "incomplete", "comment": " misses seeds "}, headers=user
+    )
+    assert changed.status_code == 200 and changed.json()["id"] == up.json()["id"]  # one rating per answer
+    assert (changed.json()["rating"], changed.json()["reason"], changed.json()["comment"]) == (
+        "down",
+        "incomplete",
+        "misses seeds",
+    )
+    mine = api.get(f"/api/chats/{chat_id}/feedback", headers=user).json()["feedback"]
+    assert mine[str(message_id)]["rating"] == "down"
+
+    # Malformed and hostile input: 400s in the error shape, the stored rating untouched.
+    for body in (
+        {"rating": "meh"},
+        {"rating": "down", "reason": "other"},
+        {"rating": 1},
+        {"rating": "up", "comment": "x" * 2001},
+        {},
+    ):
+        r = api.put(rate, json=body, headers=user)
+        assert r.status_code == 400 and r.json()["error"], (body, r.status_code)
+    assert api.put(rate, content=b"{not json", headers=user).status_code == 400
+    user_message = api.get(f"/api/chats/{chat_id}", headers=user).json()["messages"][0]["id"]
+    for wrong in (
+        f"/api/chats/{chat_id}/messages/{user_message}/feedback",
+        f"/api/chats/{chat_id}/messages/99999999999/feedback",
+    ):
+        assert api.put(wrong, json={"rating": "up"}, headers=user).status_code == 404
+    assert (
+        api.get(f"/api/chats/{chat_id}/feedback", headers=user).json()["feedback"][str(message_id)]["reason"]
+        == "incomplete"
+    )
+
+    # Someone else's answer is a 404 to rate, to withdraw and to read, as if it did not exist.
+    owner_b = login(api, "feedback_owner_b")
+    for call in (
+        lambda: api.put(rate, json={"rating": "up"}, headers=owner_b),
+        lambda: api.delete(rate, headers=owner_b),
+    ):
+        assert call().status_code == 404
+    assert api.get(f"/api/chats/{chat_id}/feedback", headers=owner_b).status_code == 404
+
+    # A turn still running is a 409: it has no answer to rate yet.
+    ollama.token_delay_s = 0.3
+    chat = api.post("/api/chats", json={"index_ids": [duck_index["id"]]}, headers=user).json()
+    with api.stream(
+        "POST",
+        f"/api/chats/{chat['id']}/messages/stream",
+        json={"message": "Where do ducks live?"},
+        headers=user,
+    ) as resp:
+        from tests.integration.gateway.helpers import events
+
+        for name, _ in events(resp.iter_lines()):
+            if name == "token":
+                running = api.get(f"/api/chats/{chat['id']}", headers=user).json()["messages"][-1]
+                assert running["status"] == "running"
+                r = api.put(
+                    f"/api/chats/{chat['id']}/messages/{running['id']}/feedback",
+                    json={"rating": "up"},
+                    headers=user,
+                )
+                assert r.status_code == 409 and r.json()["code"] == "turn_running"
+                break
+    ollama.token_delay_s = 0.0
+    wait_idle(api, chat["id"], user)
+
+    # An index owner reviews the ratings on their own index only; the admin reviews all.
+    index_b = api.post("/api/indexes", json={"name": "Owls"}, headers=owner_b).json()
+    owl = b"# Owls\n\nOwls hunt mice at night and swallow them whole.\n"
+    assert (
+        api.post(
+            f"/api/indexes/{index_b['id']}/documents",
+            headers=owner_b,
+            files={"file": ("owls.md", owl, "text/markdown")},
+        ).status_code
+        == 201
+    )
+    chat_b, message_b = answered(api, owner_b, index_b["id"], "What do owls hunt?")
+    assert (
+        api.put(
+            f"/api/chats/{chat_b}/messages/{message_b}/feedback", json={"rating": "up"}, headers=owner_b
+        ).status_code
+        == 200
+    )
+    seen_b = api.get("/api/feedback", headers=owner_b).json()["items"]
+    assert [i["message_id"] for i in seen_b] == [message_b]
+    item = seen_b[0]
+    assert item["question"] == "What do owls hunt?" and item["answer"] and item["steps"]
+    assert (
+        item["documents"]
+        and item["documents"][0]["filename"] == "owls.md"
+        and item["index_ids"] == [index_b["id"]]
+    )
+    assert api.get(f"/api/feedback?index_id={duck_index['id']}", headers=owner_b).status_code == 404
+    everything = api.get("/api/feedback", headers=user).json()["items"]
+    assert {message_id, message_b} <= {i["message_id"] for i in everything}
+    ducks = api.get(f"/api/feedback?index_id={duck_index['id']}&rating=down", headers=user).json()["items"]
+    assert [(i["message_id"], i["reason"], i["comment"]) for i in ducks] == [
+        (message_id, "incomplete", "misses seeds")
+    ]
+    assert api.get("/api/feedback?rating=up&since=2999-01-01", headers=user).json()["items"] == []
+    for bad in ("rating=sideways", "since=yesterday", "limit=0", "limit=100000", "index_id=abc", "offset=-1"):
+        r = api.get(f"/api/feedback?{bad}", headers=user)
+        assert r.status_code == 400 and r.json()["field"], bad
+    import json as _json
+
+    with api.stream("GET", "/api/feedback/export", headers=user) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+        lines = [_json.loads(line) for line in r.iter_lines() if line]
+    assert [i["id"] for i in lines] == [i["id"] for i in everything]
+    # Withdrawn, then the chat deleted: nothing of it is left in the review.
+    assert api.delete(rate, headers=user).status_code == 204
+    assert str(message_id) not in api.get(f"/api/chats/{chat_id}/feedback", headers=user).json()["feedback"]
+    assert api.delete(f"/api/chats/{chat_b}", headers=owner_b).status_code == 204
+    assert api.get("/api/feedback", headers=owner_b).json()["items"] == []
+
+
+MULTI_PAGE = SHARED / "fixtures" / "docling" / "sources" / "multi_page.pdf"
+CITED = re.compile(r"^- \[(S\d+)\] (.+?) — (.*)$")
+
+
+def lines_of(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+def unescape(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+@pytest.mark.skipif(
+    not MULTI_PAGE.exists(), reason="needs ../shared (fixtures/docling/sources/multi_page.pdf)"
+)
+def test_a_three_turn_chat_exports_as_markdown_whose_citations_resolve_in_the_index(api, user):
+    index = api.post("/api/indexes", json={"name": "Word processors"}, headers=user).json()
+    r = api.post(
+        f"/api/indexes/{index['id']}/documents",
+        headers=user,
+        files={"file": ("multi_page.pdf", MULTI_PAGE.read_bytes(), "application/pdf")},
+    )
+    assert r.status_code == 201, r.text
+    document = r.json()
+    chat = api.post(
+        "/api/chats", json={"index_ids": [index["id"]], "title": "Word *processors*"}, headers=user
+    ).json()
+    for question in (
+        "Which word processors are tailored for legal professionals?",
+        "What did Wang Laboratories introduce in the 1970s?",
+        "What did Microsoft Office Suite integrate?",
+    ):
+        assert "saved" in dict(stream_turn(api, chat["id"], user, message=question))
+    wait_idle(api, chat["id"], user)
+
+    got = api.get(f"/api/chats/{chat['id']}/export?format=markdown", headers=user)
+    assert got.status_code == 200 and got.headers["content-type"].startswith("text/markdown")
+    assert "attachment" in got.headers["content-disposition"]
+    markdown = got.text
+    assert markdown.startswith("# Word \\*processors\\*\n")
+    assert markdown.count("\n## ") == 3
+    text = api.get(f"/api/indexes/{index['id']}/documents/{document['id']}/text", headers=user).json()
+    files = {d["filename"] for d in api.get(f"/api/indexes/{index['id']}", headers=user).json()["documents"]}
+    lines = markdown.splitlines()
+    citations = 0
+    for n, line in enumerate(lines):
+        match = CITED.match(line)
+        if not match:
+            continue
+        citations += 1
+        ref, filename, where = match.groups()
+        assert unescape(filename) in files
+        pages = [int(p) for p in re.findall(r"\d+", where.split(" · ")[0])]
+        assert where.split(" · ")[0].startswith(("p. ", "pp. ")) and pages, where
+        quoted = []
+        for follow in lines[n + 1 :]:
+            if not follow.startswith("  >"):
+                break
+            quoted.append(follow[4:])
+        passage = "\n".join(quoted).strip()
+        # the quote is a passage of that file, on the page cited
+        on_page = [c for c in text["chunks"] if lines_of(c["text"]) == passage]
+        assert on_page and on_page[0]["page"] == pages[0], (ref, where, passage[:80])
+    assert citations >= 3  # one cited source per answer at least
+
+    typed = api.get(f"/api/chats/{chat['id']}/export?format=json", headers=user).json()
+    assert typed["chat"]["id"] == chat["id"] and typed["chat"]["index_ids"] == [index["id"]]
+    answers = [m for m in typed["messages"] if m["role"] == "assistant"]
+    assert len(answers) == 3 and all(m["answer"]["citations"] for m in answers)
+    assert api.get(f"/api/chats/{chat['id']}/export?format=pdf", headers=user).status_code == 400
+    stranger = login(api, "export_stranger")
+    assert api.get(f"/api/chats/{chat['id']}/export?format=json", headers=stranger).status_code == 404
+
+    import json as _json
+
+    with api.stream("GET", "/api/account/export", headers=user) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
+        rows = [_json.loads(line) for line in r.iter_lines() if line]
+    assert rows[0]["type"] == "account" and rows[0]["username"] == "flow_user"
+    chats = [row for row in rows if row["type"] == "chat"]
+    assert chat["id"] in {c["id"] for c in chats}
+    mine = [row for row in rows if row["type"] == "message" and row["chat_id"] == chat["id"]]
+    assert [m["role"] for m in mine] == ["user", "assistant"] * 3
+    with api.stream("GET", "/api/account/export", headers=stranger) as r:
+        only = [_json.loads(line) for line in r.iter_lines() if line]
+    assert [row["type"] for row in only] == ["account"]  # nothing of another account

@@ -7,6 +7,8 @@ import { replaceRoute } from "../router.js";
 import { readEvents } from "../sse.js";
 import { UNTITLED } from "./chatlist.js";
 import { pickScope, scopeLabel } from "./scope.js";
+import { attachFeedback } from "./feedback.js";
+import { SourceViewer } from "./source_viewer.js";
 import { AssistantMessage, renderUserMessage } from "./turn.js";
 
 export class ChatView {
@@ -67,13 +69,33 @@ export class ChatView {
         h("span", { class: "muted hint only-wide", text: "Enter to send · Shift+Enter for a new line" }),
       ),
     );
+    this.viewer = new SourceViewer();
+    this.exportMenu = h(
+      "details",
+      { class: "export-menu", hidden: !id },
+      h("summary", { class: "export-button", text: "Export" }),
+      h(
+        "div",
+        { class: "export-items" },
+        h("button", { class: "button ghost", type: "button", text: "Markdown", onclick: () => this.exportChat("markdown") }),
+        h("button", { class: "button ghost", type: "button", text: "JSON", onclick: () => this.exportChat("json") }),
+      ),
+    );
     this.element = h(
       "section",
       { class: "chat-view", "aria-labelledby": "chat-title" },
-      shell.header(this.title, this.scopeButton),
+      shell.header(this.title, this.scopeButton, this.exportMenu),
       this.scroller,
       composer,
+      this.viewer.element,
     );
+    // A citation or a card asks for its source (turn.js): open it beside the answer.
+    this.element.addEventListener("open-source", (event) => {
+      this.element.classList.add("source-open");
+      this.viewer.open({ ...event.detail, chatId: this.id });
+    });
+    this.onSourceClosed = () => this.element.classList.remove("source-open");
+    document.addEventListener("source-closed", this.onSourceClosed);
     this.title.id = "chat-title";
     this.onChatChanged = (event) => {
       if (this.id && String(event.detail.id) === String(this.id)) this.reloadTitle();
@@ -104,6 +126,8 @@ export class ChatView {
   destroy() {
     this.destroyed = true;
     document.removeEventListener("chat-changed", this.onChatChanged);
+    document.removeEventListener("source-closed", this.onSourceClosed);
+    this.viewer.close();
     // Leaving mid-answer: the gateway finishes and stores the turn anyway; stop reading it here.
     this.controller?.abort();
   }
@@ -145,7 +169,10 @@ export class ChatView {
     // A turn still running (this page was reloaded, or it runs in another tab) is rejoined, not drawn stored.
     const live = rejoin && this.chat.busy;
     const messages = (this.chat.messages || []).filter((m) => !(live && m.status === "running"));
+    this.turns = new Map();
     messages.forEach((message, i) => this.renderStored(message, messages[i + 1]));
+    this.loadFeedback();
+    this.exportMenu.hidden = false;
     this.updateScope();
     requestAnimationFrame(() => this.scrollToEnd(true));
     if (live) this.rejoin();
@@ -156,14 +183,15 @@ export class ChatView {
       this.messages.append(renderUserMessage(message.content || ""));
       // A turn that failed before any token stores only the user message, with the error.
       if (message.error && next?.role !== "assistant") {
-        const turn = new AssistantMessage();
+        const turn = new AssistantMessage({ chatId: this.id });
         if (message.gate) turn.addRoute(message.gate);
         turn.fail({ error: message.error }, { quiet: true });
         this.messages.append(turn.element);
       }
     } else if (message.role === "assistant") {
-      const turn = new AssistantMessage();
+      const turn = new AssistantMessage({ chatId: this.id });
       turn.load(message);
+      this.turns?.set(String(message.id), turn);
       this.messages.append(turn.element);
     }
   }
@@ -288,7 +316,7 @@ export class ChatView {
   /** Follows the chat's running turn (reload, second tab): the snapshot, then the live events. */
   async rejoin() {
     if (this.controller) return;
-    const turn = new AssistantMessage();
+    const turn = new AssistantMessage({ chatId: this.id });
     let question = null;
     await this.followTurn(turn, (signal) => api.rejoinTurn(this.id, signal), (event, data) => {
       if (event !== "snapshot") return;
@@ -310,7 +338,7 @@ export class ChatView {
 
   async runTurn(text) {
     this.messages.append(renderUserMessage(text));
-    const turn = new AssistantMessage();
+    const turn = new AssistantMessage({ chatId: this.id });
     this.messages.append(turn.element);
     this.scrollToEnd(true);
     const body = { message: text };
@@ -386,7 +414,43 @@ export class ChatView {
         if (data.title) this.setTitle(data.title);
         return false;
       default:
-        return false; // "saved" and any future event need nothing on screen
+        if (event === "saved" && data?.message_id) {
+          turn.messageId = data.message_id; // its sources can be opened and it can be rated now
+          attachFeedback(turn, this.id);
+          this.exportMenu.hidden = false;
+        }
+        return false; // any future event needs nothing on screen
+    }
+  }
+
+  /** Each stored answer's rating buttons, with the user's ratings so far. */
+  async loadFeedback() {
+    let ratings = {};
+    try {
+      ratings = (await api.chatFeedback(this.id))?.feedback || {};
+    } catch {
+      /* the buttons show unrated */
+    }
+    if (this.destroyed) return;
+    for (const [id, turn] of this.turns || []) attachFeedback(turn, this.id, ratings[id] || null);
+  }
+
+  /** Saves the chat as a file (Markdown: question, answer and resolved citations; JSON: the typed messages). */
+  async exportChat(format) {
+    this.exportMenu.open = false;
+    try {
+      const response = await api.exportChat(this.id, format);
+      const blob = await response.blob();
+      const disposition = response.headers.get("Content-Disposition") || "";
+      const name = /filename="([^"]+)"/.exec(disposition)?.[1] || `chat-${this.id}.${format === "json" ? "json" : "md"}`;
+      const url = URL.createObjectURL(blob);
+      const link = h("a", { href: url, download: name, hidden: true });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 1000);
+    } catch (err) {
+      this.showError(err.message);
     }
   }
 

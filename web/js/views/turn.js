@@ -4,6 +4,7 @@
 import { announce, formatSeconds, h, icon } from "../dom.js";
 import { groundingBadge, groundingBanner, markUnsupported } from "../grounding.js";
 import { linkCitations, renderMarkdown, snippet } from "../markdown.js";
+import { placeLabel } from "./source_viewer.js";
 
 let turnCounter = 0;
 
@@ -36,8 +37,10 @@ export function renderUserMessage(text) {
 }
 
 export class AssistantMessage {
-  constructor() {
+  constructor({ chatId = null } = {}) {
     this.key = `t${++turnCounter}`;
+    this.chatId = chatId;
+    this.messageId = null; // known once the answer is stored (the stream's `saved`, or a loaded message)
     this.text = "";
     this.documents = [];
     this.steps = [];
@@ -65,6 +68,7 @@ export class AssistantMessage {
     this.status = h("p", { class: "turn-status", hidden: true });
     this.groundingNote = h("p", { class: "grounding-note", role: "note", hidden: true });
     this.meta = h("p", { class: "turn-meta muted", hidden: true });
+    this.feedbackSlot = h("div", { class: "feedback-slot" }); // feedback.js fills it for a stored answer
     this.element = h(
       "article",
       { class: "message assistant streaming", "aria-label": "Answer", "aria-busy": "true", dataset: { turn: this.key } },
@@ -79,6 +83,7 @@ export class AssistantMessage {
         this.answer,
         this.status,
         this.meta,
+        this.feedbackSlot,
       ),
     );
     this.element.addEventListener("click", (event) => this.onCitationClick(event));
@@ -215,6 +220,7 @@ export class AssistantMessage {
 
   /** A stored message: its steps, then its answer if it finished, else what it had and how it ended. */
   load(message) {
+    this.messageId = message.id ?? null;
     // The layer-1 gate's decision is stored as `gate`; the worker's steps as `steps`.
     if (message.gate?.route) this.addRoute(message.gate);
     for (const step of message.steps) this.addStep(step);
@@ -256,6 +262,11 @@ export class AssistantMessage {
   }
 
   onCitationClick(event) {
+    const opener = event.target.closest("button.open-source");
+    if (opener) {
+      this.openSource(opener.dataset.ref);
+      return;
+    }
     const link = event.target.closest("a.cite");
     if (!link) return;
     event.preventDefault(); // the hash is the route; a citation only moves within the page
@@ -265,6 +276,15 @@ export class AssistantMessage {
     card.classList.add("highlighted");
     card.scrollIntoView({ behavior: "smooth", block: "nearest", inline: "nearest" });
     card.focus({ preventScroll: true });
+    if (card.dataset.kind !== "table") this.openSource(link.dataset.ref);
+  }
+
+  /** Asks the chat view to open source `ref` in its viewer (source_viewer.js). */
+  openSource(ref) {
+    const doc = this.documents.find((d) => d.ref === ref);
+    if (!doc || doc.kind === "table") return;
+    const detail = { chatId: this.chatId, messageId: this.messageId, ref, doc };
+    this.element.dispatchEvent(new CustomEvent("open-source", { detail, bubbles: true }));
   }
 
   renderCards() {
@@ -274,7 +294,7 @@ export class AssistantMessage {
 
   renderCard(doc) {
     if (doc.kind === "table") return this.renderTableCard(doc);
-    const place = [doc.dataset, typeof doc.page === "number" ? `p. ${doc.page}` : null].filter(Boolean).join(" · ");
+    const place = [doc.dataset, placeLabel(doc) || null].filter(Boolean).join(" · ");
     const score = typeof doc.rerank_score === "number" ? doc.rerank_score : doc.score;
     const parts = [`retrieved #${doc.rank}`];
     let bar = null;
@@ -306,6 +326,14 @@ export class AssistantMessage {
         { class: "doc-head" },
         h("span", { class: "ref-badge", text: doc.ref }),
         h("span", { class: "doc-name", text: doc.filename || "document", title: doc.filename || "" }),
+        h("button", {
+          class: "button ghost open-source",
+          type: "button",
+          dataset: { ref: doc.ref },
+          "aria-label": `Open source ${doc.ref} beside the answer`,
+          title: "Open the source at this passage",
+          text: "Open",
+        }),
       ),
       place ? h("p", { class: "doc-place muted", text: place }) : null,
       h("p", { class: "doc-scores", title }, ...scores),
