@@ -536,6 +536,34 @@ def test_answers_are_rated_changed_and_reviewed_by_admins_and_index_owners_only(
         assert r.status_code == 200 and r.headers["content-type"].startswith("application/x-ndjson")
         lines = [_json.loads(line) for line in r.iter_lines() if line]
     assert [i["id"] for i in lines] == [i["id"] for i in everything]
+    # A reader of a shared index (teams): rates what they asked and opens its sources, sees no ratings of the
+    # index (they do not own it); its owner sees the reader's rating too. Once the share is gone, the source is a 404.
+    reader = login(api, "feedback_reader")
+    grant = api.post(
+        f"/api/indexes/{index_b['id']}/grants",
+        json={"subject_type": "user", "username": "feedback_reader", "role": "reader"},
+        headers=owner_b,
+    )
+    assert grant.status_code == 201, grant.text
+    chat_r, message_r = answered(api, reader, index_b["id"], "What do owls swallow?")
+    rated = api.put(
+        f"/api/chats/{chat_r}/messages/{message_r}/feedback", json={"rating": "down"}, headers=reader
+    )
+    assert rated.status_code == 200, rated.text
+    source = f"/api/chats/{chat_r}/messages/{message_r}/sources/S1"
+    opened = api.get(source, headers=reader)
+    assert opened.status_code == 200 and opened.json()["filename"] == "owls.md", opened.text
+    assert api.get("/api/feedback", headers=reader).json()["items"] == []
+    assert api.get(f"/api/feedback?index_id={index_b['id']}", headers=reader).status_code == 404
+    by_owner = api.get(f"/api/feedback?index_id={index_b['id']}", headers=owner_b).json()["items"]
+    assert {i["message_id"] for i in by_owner} == {message_b, message_r}
+    assert (
+        api.delete(f"/api/indexes/{index_b['id']}/grants/{grant.json()['id']}", headers=owner_b).status_code
+        == 204
+    )
+    assert api.get(source, headers=reader).status_code == 404
+    assert api.delete(f"/api/chats/{chat_r}", headers=reader).status_code == 204
+
     # Withdrawn, then the chat deleted: nothing of it is left in the review.
     assert api.delete(rate, headers=user).status_code == 204
     assert str(message_id) not in api.get(f"/api/chats/{chat_id}/feedback", headers=user).json()["feedback"]
