@@ -166,6 +166,9 @@ class IndexOut(Out):
     created_at: str | None
     updated_at: str | None
     datasets: list[str]
+    # On the answer to a create that chose them: the worker's table keeps them (docs/configuration.md).
+    embedder: str | None = None
+    language: str | None = None
 
 
 class IndexFull(IndexOut):

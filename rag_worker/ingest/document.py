@@ -101,7 +101,7 @@ def ingest_steps(
     if isinstance(prepared, IngestResult):
         return prepared
     yield "embedding"
-    vectors = services.embedder.embed_documents([c.embed_text for c in prepared.chunks])
+    vectors = services.store.embedder_for(index).embed_documents([c.embed_text for c in prepared.chunks])
     yield "writing"
     return write_prepared(services, index, prepared, vectors)
 
@@ -324,7 +324,8 @@ def ingest_attachments(services: Services, index: str, prepared: Prepared) -> li
             try:
                 result = prepare_attachment(services, index, prepared, name, path, keep_at)
                 if isinstance(result, Prepared):
-                    vectors = services.embedder.embed_documents([c.embed_text for c in result.chunks])
+                    embedder = services.store.embedder_for(index)
+                    vectors = embedder.embed_documents([c.embed_text for c in result.chunks])
                     result = write_prepared(services, index, result, vectors)
                 outcomes.append({"filename": name, "chunks": result.chunks})
             except ApiError as err:

@@ -68,7 +68,11 @@ def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None
                     field="index",
                 )
             services.store.check_compatible(index)
-    return Turn(services, request, options, services.llm.resolve(), cancel or CancelToken())
+    turn = Turn(services, request, options, services.llm.resolve(), cancel or CancelToken())
+    if options.route != "direct" and request.indexes:
+        # The indexes' one embedder (a 400 for indexes built with different ones): the turn's queries use it.
+        turn.embedder = services.store.query_embedder(services.store.open_tables(request.indexes))
+    return turn
 
 
 def run_turn(turn: Turn) -> Iterator[Event]:
@@ -260,7 +264,7 @@ def _retrieve(turn: Turn, src: Sources):
         return
     src.retried_query = retried
     # Passages far below the evidence floor would only be noise on the cards and in the prompt.
-    floor = turn.settings.abstain_below
+    floor = turn.evidence_thresholds()[0]
     top = relevance.above_floor(turn, query, hits[: opts.top_k], floor)
     documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
     turn.chunk_vectors.update({(h.index, h.id): h.vector for h in top if h.vector is not None})

@@ -6,7 +6,7 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -56,6 +56,9 @@ class Turn:
     read: dict[str, str] = field(default_factory=dict)
     grounding: dict | None = None
     _vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    # The embedder the turn's indexes were built with (chat.prepare sets it; None: the worker's default). The
+    # query, the passages and the answer's sentences are all compared in its space.
+    embedder: Any = None
     # Stored vectors of the chunks this turn's search returned, {(index, chunk id): vector} (for provenance).
     chunk_vectors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
 
@@ -84,8 +87,21 @@ class Turn:
     def generation_model(self) -> str:
         return self.options.model or self.llm.generation_model
 
+    @property
+    def space(self):
+        """The embedder of this turn's comparisons (`embedder`, or the worker's default)."""
+        return self.embedder if self.embedder is not None else self.services.embedder
+
+    def evidence_thresholds(self) -> tuple[float, float]:
+        """(abstain below, relevant above) on the best passage's cosine, in this turn's embedder's scale: the
+        settings' for the default embedder, the embedder's own for another (its cosines sit higher)."""
+        own = getattr(self.space, "evidence_thresholds", None)
+        if own is not None and self.space is not self.services.embedder:
+            return own
+        return self.settings.abstain_below, self.settings.relevant_above
+
     def embed_query(self, text: str) -> np.ndarray:
-        return self.services.embedder.embed_query(text)
+        return self.space.embed_query(text)
 
     def embed_texts(self, texts: list[str]) -> np.ndarray:
         """Embeddings of `texts`, computed once per turn: the missing ones in one batched call, the rest reused
@@ -93,9 +109,9 @@ class Turn:
         turns the embedder remembers recent texts (TEXT_CACHE_SIZE): the same passages come back."""
         missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
         if missing:
-            for text, vec in zip(missing, self.services.embedder.embed_cached(missing), strict=True):
+            for text, vec in zip(missing, self.space.embed_cached(missing), strict=True):
                 self._vectors[text] = vec
-        dim = self.services.embedder.dim
+        dim = self.space.dim
         return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, dim), dtype=np.float32)
 
     def utility_chat(self, messages: list[dict], max_tokens: int = 64) -> str:
