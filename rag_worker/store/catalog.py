@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ApiError, BadRequest, Conflict, EmbedderMismatch, NotFound
 from ..names import NAME_RE, STAGED_RE, check_name, check_table
 from ..runtime import offload
-from .fts import check_language, fts_config
+from .fts import DEFAULT_LANGUAGE, check_language, fts_config
 from .rows import HIT_COLUMNS, MARKER_KEY, PACKED, PACKED_COLUMNS, PACKED_ID, table_schema
 from .writes import retry_conflicts
 
@@ -120,6 +120,12 @@ class Catalog:
             "language": check_language(language),
             PACKED_ID: True,
         }
+
+    def table_marker(self, embedder: Embedder, language: str | None) -> dict:
+        """The marker a new table of this embedder and language gets (`own_marker` for the default ones)."""
+        if embedder is self.embedder and check_language(language) == DEFAULT_LANGUAGE:
+            return self.own_marker
+        return self.marker_for(embedder, language)
 
     def embedder_of(self, marker: dict | None) -> Embedder:
         """The embedder a table's marker names (a table made before markers named one: the default)."""
@@ -315,7 +321,7 @@ class Catalog:
         from lancedb.index import FTS
 
         emb = self._embedders(embedder)
-        marker = self.marker_for(emb, language)
+        marker = self.table_marker(emb, language)
         schema = table_schema(emb.dim, marker)
         # exist_ok: another process may create the same index at the same moment; its marker is checked after.
         table = self.db.create_table(index, schema=schema, exist_ok=True)
@@ -324,7 +330,7 @@ class Catalog:
             if any(idx.index_type == "FTS" for idx in table.list_indices()):
                 return
             try:
-                table.create_index("text", config=FTS(**fts_config(marker["language"])))
+                table.create_index("text", config=FTS(**fts_config(language)))
             except Exception:  # a concurrent creator won the race; fine if its index is there
                 if not any(idx.index_type == "FTS" for idx in table.list_indices()):
                     raise

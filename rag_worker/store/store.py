@@ -126,7 +126,7 @@ class Store(Reader):
         marker = offload(self.catalog.read_marker, table) if table is not None else None
         embedder = self.catalog.embedder_of(marker)
         _, language = self.catalog.settings_of(marker)
-        return prepare(rows, embedder, self.catalog.marker_for(embedder, language))
+        return prepare(rows, embedder, self.catalog.table_marker(embedder, language))
 
     def create_index(self, index: str, *, embedder: str | None = None, language: str | None = None) -> bool:
         """Make the (empty) table of `index` with this embedder and full-text language; True when made now,
@@ -219,7 +219,7 @@ class Store(Reader):
         marker = offload(self.catalog.read_marker, table)
         embedder = self.catalog.embedder_of(marker)
         schema = table_schema(
-            embedder.dim, self.catalog.marker_for(embedder, self.catalog.settings_of(marker)[1])
+            embedder.dim, self.catalog.table_marker(embedder, self.catalog.settings_of(marker)[1])
         )
         # Carried over from a table made before the packed column, or before the id joined it: packed afresh.
         if PACKED not in data.column_names:
