@@ -157,6 +157,9 @@ class Services:
     def warm_up(self) -> None:
         """Load the embedder (and open the store) ahead of the first request."""
         self.embedder.embed_query("warm up")
+        from .i18n import detect
+
+        detect("Warm up the language detector")  # loads its models (seconds) before the first turn needs them
         self.store.indexes()
 
     def index_lock(self, index: str) -> FileLock:

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from contract.answer import Answer
 
 from ..errors import ApiError, NotFound
+from ..i18n import detect
 from ..llm import CancelToken
+from ..runtime import offload
 from ..schemas import ChatRequest, option_defaults
 from ..services import Services
 from . import (
@@ -69,6 +71,7 @@ def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None
                 )
             services.store.check_compatible(index)
     turn = Turn(services, request, options, services.llm.resolve(), cancel or CancelToken())
+    turn.language = offload(detect, request.prompt)  # native code; its first call loads the models (seconds)
     if options.route != "direct" and request.indexes:
         # The indexes' one embedder (a 400 for indexes built with different ones): the turn's queries use it.
         turn.embedder = services.store.query_embedder(services.store.open_tables(request.indexes))
@@ -83,7 +86,7 @@ def run_turn(turn: Turn) -> Iterator[Event]:
         yield Error(exc.message, exc.code, exc.status)
     except Exception as exc:  # the stream must end with an error event, never a dropped connection
         log.exception("chat turn failed")
-        yield Error(f"the turn failed: {type(exc).__name__}: {exc}", "internal", 500)
+        yield Error(turn.message("turn_failed", kind=type(exc).__name__), "internal", 500)
     finally:
         turn.cancel.cancel()
 

@@ -10,9 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..i18n import language_name
+from ..i18n.messages import CATALOGUE, FALLBACK, message
 from ..schemas import ChatRequest
 from . import utility
 from .events import Step
+from .prompts import ANSWER_IN
 from .prompts import prompt as default_prompt
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +62,8 @@ class Turn:
     # The embedder the turn's indexes were built with (chat.prepare sets it; None: the worker's default). The
     # query, the passages and the answer's sentences are all compared in its space.
     embedder: Any = None
+    # The latest message's language (ISO 639-1, rag_worker/i18n.detect; None: too short to tell).
+    language: str | None = None
     # Stored vectors of the chunks this turn's search returned, {(index, chunk id): vector} (for provenance).
     chunk_vectors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
 
@@ -81,7 +86,20 @@ class Turn:
             self.timings[key] = self.timings.get(key, 0) + int((time.monotonic() - t0) * 1000)
 
     def prompt(self, name: str) -> str:
-        return default_prompt(name, self.options.prompts)
+        """The prompt or fixed text `name`: the request's override, else the default, a fixed text in the
+        user's language (`language`), the system prompt told which language to answer in."""
+        if self.options.prompts and self.options.prompts.get(name):
+            return self.options.prompts[name]
+        if name in CATALOGUE[FALLBACK]:
+            return message(name, self.language)
+        text = default_prompt(name, None)
+        if name == "system" and language_name(self.language):
+            text = f"{text} {ANSWER_IN.format(language=language_name(self.language))}"
+        return text
+
+    def message(self, key: str, **fields: str) -> str:
+        """A fixed text of the chat in the user's language (English when the catalogue lacks it)."""
+        return message(key, self.language, **fields)
 
     @property
     def generation_model(self) -> str:
