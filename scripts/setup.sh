@@ -34,6 +34,21 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# Without --dev too: the Tesseract packs OCR_LANGUAGES names, when tesseract is there to use them.
+if [ "$DEV" = 0 ] && [ -n "${OCR_LANGUAGES:-}" ] && command -v tesseract >/dev/null 2>&1; then
+  packs=()
+  for pack in $(echo "$OCR_LANGUAGES" | tr '+' ' '); do
+    pack_name="tesseract-ocr-$(echo "$pack" | tr '_' '-' | tr '[:upper:]' '[:lower:]')"
+    dpkg -s "$pack_name" >/dev/null 2>&1 || packs+=("$pack_name")
+  done
+  if [ ${#packs[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${packs[@]}" >/dev/null
+  fi
+fi
+
 if [ -f web/package-lock.json ]; then
   if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
     npm ci --prefix web --no-audit --no-fund --loglevel=error
@@ -47,6 +62,11 @@ if [ "$DEV" = 1 ]; then
   # Document conversion: LibreOffice headless for .doc/.xls/.ppt/.odt/.ods/.odp/.rtf, Tesseract for scans.
   command -v soffice >/dev/null 2>&1 || missing+=(libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui)
   command -v tesseract >/dev/null 2>&1 || missing+=(tesseract-ocr tesseract-ocr-eng)
+  # The OCR packs OCR_LANGUAGES names (eng+fra+deu: tesseract-ocr-fra, -deu); the tests read a French scan.
+  for pack in $(echo "${OCR_LANGUAGES:-eng+fra}" | tr '+' ' '); do
+    pack_name="tesseract-ocr-$(echo "$pack" | tr '_' '-' | tr '[:upper:]' '[:lower:]')"
+    dpkg -s "$pack_name" >/dev/null 2>&1 || missing+=("$pack_name")
+  done
   if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO="sudo"
