@@ -77,6 +77,11 @@ def test_an_e5_index_is_searched_with_e5_and_finds_english_passages_for_a_german
         store.search(["handbook", "plain"], "vacation")
     assert mixed.value.status == 400 and mixed.value.code == "mixed_embedders"
 
+    # A rebuild's new table is made with the index's embedder and language, not the worker's default.
+    staged = store.new_staged("handbook")
+    assert store.index_settings(staged) == {"embedder": "multilingual-e5-small", "language": "en"}
+    store.discard(staged)
+
     # The index keeps its embedder: asking for it again is fine, asking for another is a conflict.
     assert store.create_index("handbook", embedder="multilingual-e5-small") is False
     with pytest.raises(ApiError) as other:

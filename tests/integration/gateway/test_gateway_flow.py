@@ -3,6 +3,8 @@ register, log in, build an index from an upload, chat with it, come back and fin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.integration.gateway.helpers import DUCK, register, stream_turn, wait_idle
@@ -228,3 +230,32 @@ def test_health_is_ok_then_names_ollama_when_it_stops(api, ollama):
 def test_the_web_app_is_served_at_the_root(api):
     r = api.get("/")
     assert r.status_code == 200 and "<html" in r.text.lower()
+
+
+def test_an_index_made_with_a_language_keeps_it_on_the_worker_and_bad_choices_are_400(api, user, stack):
+    import httpx
+
+    worker, _ = stack
+    r = api.post("/api/indexes", json={"name": "Canards", "language": "fr"}, headers=user)
+    assert r.status_code == 201, r.text
+    made = r.json()
+    assert made["language"] == "fr" and made["embedder"] == "default" and made["name"] == "Canards"
+    # The worker's table exists now, in French: asking for it again in French is a no-op, in German a conflict.
+    lancedb = Path(worker.env["INDEX_STORE"]) / "lancedb"
+    [table] = [p.name.removesuffix(".lance") for p in lancedb.glob("u*_canards_*.lance")]
+    again = httpx.put(f"{worker.url}/indexes/{table}", json={"language": "fr"})
+    assert again.status_code == 200 and again.json()["created"] is False
+    assert httpx.put(f"{worker.url}/indexes/{table}", json={"language": "de"}).status_code == 409
+
+    before = api.get("/api/indexes", headers=user).json()
+    for body, field in [
+        ({"name": "Bad1", "embedder": "bge-m3"}, "embedder"),
+        ({"name": "Bad2", "language": "klingon"}, "language"),
+        ({"name": "Bad3", "embedder": 7}, "embedder"),
+    ]:
+        r = api.post("/api/indexes", json=body, headers=user)
+        assert r.status_code == 400, r.text
+        assert r.json()["field"] == field, r.text
+    r = api.post("/api/indexes", json={"name": "Bad4", "embedder": "nope"}, headers=user)
+    assert "multilingual-e5-small" in r.text, "the refusal lists the valid embedders"
+    assert api.get("/api/indexes", headers=user).json() == before, "a refused creation made nothing"
