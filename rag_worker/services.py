@@ -66,10 +66,11 @@ class Services:
             return self.embedder
         built = self._embedders.get(name)
         if built is None:
+            default = self.embedder  # outside the lock: building the default one takes it too
             with self._build_lock:
                 built = self._embedders.get(name)
                 if built is None:
-                    built = self._embedders[name] = embedders.build(name, self.settings, self.embedder)
+                    built = self._embedders[name] = embedders.build(name, self.settings, default)
         return built
 
     @property

@@ -115,3 +115,18 @@ def test_full_text_search_follows_the_index_language(store):
     with pytest.raises(ApiError) as bad:
         store.create_index("xx_docs", language="klingon")
     assert bad.value.status == 400 and "fr" in bad.value.message
+
+
+def test_the_worker_services_load_the_named_embedder_once(tmp_path):
+    """`Services.embedder_named`, the resolver the worker's store uses: each embedder loaded once (and the default
+    one built on the way, not deadlocked on the build lock), an unknown name a 400."""
+    from rag_worker.services import Services
+    from rag_worker.settings import Settings
+
+    services = Services(Settings(INDEX_STORE=str(tmp_path / "store")))
+    e5 = services.embedder_named("multilingual-e5-small")
+    assert e5 is services.embedder_named("multilingual-e5-small") and e5.name == "multilingual-e5-small"
+    assert services.embedder_named(None) is services.embedder_named("default") is services.embedder
+    with pytest.raises(ApiError) as bad:
+        services.embedder_named("bge-m3")
+    assert bad.value.status == 400
