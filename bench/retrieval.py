@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.retrieval --dataset ../shared/eval/scifact OTHER_BEIR_FOLDER --split test
     .venv/bin/python -m bench.retrieval --dataset ../shared/eval/scifact --split train --limit-docs 200 \
         --modes fts vector hybrid
+    .venv/bin/python -m bench.retrieval --dataset ../shared/eval/scifact --embedder multilingual-e5-small
 
 Several `--dataset` folders are measured in one run and printed as one table (collection x mode), so that a
 change that wins on one collection and loses on another shows at once. A folder without the split falls back
@@ -200,17 +201,25 @@ def build_rows(services, data: beir.BeirDataset, cache: VectorCache) -> list[dic
     return rows
 
 
-def ensure_index(data: beir.BeirDataset, limit_docs: int | None, cache_dir: Path, rebuild: bool = False):
-    """Services over a built index of `data` (cached); returns (services, store_dir, built_now)."""
+def ensure_index(
+    data: beir.BeirDataset,
+    limit_docs: int | None,
+    cache_dir: Path,
+    rebuild: bool = False,
+    embedder_name: str = "default",
+):
+    """Services over a built index of `data` (cached) made with the embedder `embedder_name` (rag_worker/
+    embedders.py); returns (services, store_dir, built_now)."""
     from rag_worker.services import Services
 
     probe = Services(bench_settings(cache_dir / "probe"))
-    embedder = probe.embedder
+    embedder = probe.embedder_named(embedder_name)
     key = index_key(data, limit_docs, probe.settings, embedder)
     store_dir = cache_dir / "retrieval" / key
     settings = bench_settings(store_dir)
     services = Services(settings)
-    services.__dict__["embedder"] = embedder  # one model load per run
+    services.__dict__["embedder"] = probe.embedder  # one model load per run (the chunker's tokenizer is its)
+    services._embedders = probe._embedders
     done_marker = store_dir / "complete.json"
     if done_marker.is_file() and not rebuild and services.store.exists(INDEX):
         return services, store_dir, False
@@ -218,6 +227,7 @@ def ensure_index(data: beir.BeirDataset, limit_docs: int | None, cache_dir: Path
     t0 = time.monotonic()
     services.store.drop(INDEX)
     done_marker.unlink(missing_ok=True)
+    services.store.create_index(INDEX, embedder=embedder_name)
     rows = build_rows(services, data, VectorCache(cache_dir / "vectors.sqlite", embedder))
     for start in range(0, len(rows), WRITE_BATCH):
         services.store.add_chunks(INDEX, rows[start : start + WRITE_BATCH])
@@ -225,7 +235,13 @@ def ensure_index(data: beir.BeirDataset, limit_docs: int | None, cache_dir: Path
     done_marker.write_text(
         json.dumps({"documents": len(data.corpus), "chunks": len(rows), "seconds": time.monotonic() - t0})
     )
-    print(f"  built in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    seconds = time.monotonic() - t0
+    print(
+        f"  built in {seconds:.0f} s ({len(data.corpus) / seconds:.1f} documents/s, {len(rows) / seconds:.1f} "
+        f"chunks/s, embedding included unless its vectors were cached)",
+        file=sys.stderr,
+        flush=True,
+    )
     return services, store_dir, True
 
 
@@ -330,6 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "bench")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached index")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument(
+        "--embedder",
+        default="default",
+        choices=("default", "multilingual-e5-small"),
+        help="the index's embedder, as `embedder` on index creation (default: EMBEDDING_MODEL, MiniLM)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -341,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         data = load_split(root, args.split, args.limit_docs)
         if not data.queries:
             raise SystemExit(f"{root}: no query of this split has a relevant document in the corpus (slice)")
-        services, store_dir, _ = ensure_index(data, args.limit_docs, args.cache_dir, args.rebuild)
+        services, store_dir, _ = ensure_index(
+            data, args.limit_docs, args.cache_dir, args.rebuild, embedder_name=args.embedder
+        )
+        embedder = services.store.embedder_for(INDEX)
         modes = list(dict.fromkeys(args.modes))
         if "hybrid+rerank" in modes and services.reranker is None:
             modes.remove("hybrid+rerank")
@@ -353,14 +378,14 @@ def main(argv: list[str] | None = None) -> int:
         name = data.root.resolve().name
         print(
             f"{name} ({data.root}): {len(data.queries)} queries, {len(data.corpus)} documents, {chunks} chunks; "
-            f"embedder {services.embedder.model_id} (max_length {services.embedder.max_length}), "
+            f"embedder {embedder.model_id} (max_length {embedder.max_length}), "
             f"CHUNK_TOKENS {s.chunk_tokens}, hybrid = FUSION {s.fusion} (FUSION_ALPHA {s.fusion_alpha}, "
             f"RRF_K {s.rrf_k}), rrf = plain RRF k=60, RETRIEVAL_CANDIDATES {s.candidates}, depth {args.depth}"
         )
         # Query vectors first (the embedder caches them): ms/query then measures the search itself in every
         # mode, rather than charging the first mode for embedding every query.
         for query in data.queries.values():
-            services.embedder.embed_query(query)
+            embedder.embed_query(query)
         mine = []
         for mode in modes:
             mine.append(run_mode(services, data, mode, args.depth))

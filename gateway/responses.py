@@ -174,6 +174,9 @@ class IndexOut(Out):
         "administrator rights"
     )
     via_group: str | None = Field(default=None, description="the group's name when `via` is group")
+    # On the answer to a create that chose them: the worker's table keeps them (docs/configuration.md).
+    embedder: str | None = None
+    language: str | None = None
 
 
 class IndexFull(IndexOut):

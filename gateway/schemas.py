@@ -15,6 +15,8 @@ from pydantic import (
     model_validator,
 )
 
+from contract.languages import EMBEDDERS, INDEX_LANGUAGES
+
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # For the OpenAPI document (gateway/openapi.py): rules the validators below enforce with friendlier messages.
 NOT_BLANK = r"\S"  # at least one character that is not white space
@@ -206,6 +208,10 @@ def _index_name(value: str | None) -> str | None:
 class IndexCreate(Body):
     name: str = Field(min_length=1, max_length=100, json_schema_extra={"pattern": PLAIN_NAME})
     description: str = Field(default="", max_length=2000)
+    # Fixed when the index is made (the worker's table records them): the embedding model of its passages and
+    # the language of its full-text index (docs/configuration.md, "Languages").
+    embedder: Literal[EMBEDDERS] | None = None  # type: ignore[valid-type]
+    language: Literal[INDEX_LANGUAGES] | None = None  # type: ignore[valid-type]
 
     _check_name = field_validator("name")(_index_name)
 

@@ -207,5 +207,10 @@ class WorkerClient:
         body = {"index": index, "dataset": dataset, "filename": filename}
         return await self.request_json("POST", "/delete", json=body, idempotent=True)
 
+    async def create_index(self, index: str, embedder: str | None, language: str | None) -> dict:
+        """Make the index's table now with this embedder and full-text language (PUT /indexes/<index>)."""
+        body = {"embedder": embedder, "language": language}
+        return await self.request_json("PUT", f"/indexes/{index}", json=body, idempotent=True)
+
     async def drop_index(self, index: str) -> None:
         await self.request_json("DELETE", f"/indexes/{index}", idempotent=True)

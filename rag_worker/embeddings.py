@@ -75,6 +75,8 @@ def model_identity(model: str) -> str:
 
 
 class Embedder:
+    name = "default"  # how an index names it (rag_worker/embedders.py)
+
     def __init__(
         self,
         model_path: str,

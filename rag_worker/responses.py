@@ -51,6 +51,13 @@ class Deleted(_Open):
     count: int = Field(description="chunks removed")
 
 
+class IndexCreated(_Open):
+    index: str
+    created: bool
+    embedder: str
+    language: str
+
+
 class Dropped(_Open):
     index: str
     dropped: bool

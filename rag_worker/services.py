@@ -31,6 +31,7 @@ class Services:
         self._ingest_lock = threading.Lock()  # ingestion's converter and chunker, each built once
         self._converter: IsolatedConverter | None = None
         self._chunker: Chunker | None = None
+        self._embedders: dict[str, Embedder] = {}  # the other embedders indexes name, loaded on first use
         # Write locks shared with every process on this INDEX_STORE (files under INDEX_STORE/locks).
         self.locks: Locks = Locks(settings.index_store / "locks")
 
@@ -55,6 +56,22 @@ class Services:
                 query_batching=self.settings.query_batching,
                 text_cache_size=self.settings.text_cache_size,
             )
+
+    def embedder_named(self, name: str | None) -> Embedder:
+        """The embedder an index's marker names (rag_worker/embedders.py), each loaded once, on first use."""
+        from . import embedders
+
+        name = embedders.check_name(name)
+        if name == embedders.DEFAULT:
+            return self.embedder
+        built = self._embedders.get(name)
+        if built is None:
+            default = self.embedder  # outside the lock: building the default one takes it too
+            with self._build_lock:
+                built = self._embedders.get(name)
+                if built is None:
+                    built = self._embedders[name] = embedders.build(name, self.settings, default)
+        return built
 
     @property
     def converter(self) -> IsolatedConverter:
@@ -104,7 +121,7 @@ class Services:
     def store(self) -> Store:
         from .store import Store
 
-        return Store.from_settings(self.settings, self.embedder)
+        return Store.from_settings(self.settings, self.embedder, embedders=self.embedder_named)
 
     @cached_property
     def llm(self) -> LLMRouter:
@@ -141,6 +158,9 @@ class Services:
     def warm_up(self) -> None:
         """Load the embedder (and open the store) ahead of the first request."""
         self.embedder.embed_query("warm up")
+        from .i18n import detect
+
+        detect("Warm up the language detector")  # loads its models (seconds) before the first turn needs them
         self.store.indexes()
 
     def index_lock(self, index: str) -> FileLock:

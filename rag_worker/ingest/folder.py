@@ -253,7 +253,7 @@ class LocalEngine:
             yield Progress(label, run.finished, run.total, "embedding", prep.dataset)
         texts = [c.embed_text for _, prep in batch for c in prep.chunks]
         try:
-            vectors = self.services.embedder.embed_documents(texts)
+            vectors = self.services.store.embedder_for(self.target).embed_documents(texts)
         except Exception as exc:
             log.exception("embedding a batch failed")
             for label, prep in batch:

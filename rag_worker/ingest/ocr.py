@@ -5,6 +5,13 @@ Debian's `tesseract-ocr` + `tesseract-ocr-eng` (scripts/setup.sh installs them);
 before. Each page runs `tesseract` as its own child process (rag_worker/ingest/mail_office.run_limited: own
 session, address-space limit, killed at the deadline); the whole file shares one time limit (OCR_TIMEOUT_S).
 Mixed PDFs: only the pages without a text layer are rendered (pdfium, 300 dpi) and read.
+
+Languages: OCR_LANGUAGES names the packs OCR may use (`eng+fra+deu`, each installed: scripts/setup.sh installs
+`tesseract-ocr-<pack>` for those named). A page is read with the first pack (or the one the previous page of the
+file turned out to need); when there are several, the language of what it read is detected (rag_worker/i18n) and,
+when it is another configured pack's language, the page is read again with that pack (`PackChooser`): a French
+scan read with `eng` loses its accents and ligatures, and one pack at a time reads better and faster than
+`eng+fra+deu` together.
 """
 
 from __future__ import annotations
@@ -34,6 +41,64 @@ class OcrOptions:
     languages: str = "eng"
     timeout_s: float = 300.0
     memory_mb: int = 1024
+
+
+# ISO 639-1 (what rag_worker/i18n detects) -> Tesseract's pack name.
+PACKS = {
+    "ar": "ara",
+    "cs": "ces",
+    "da": "dan",
+    "de": "deu",
+    "el": "ell",
+    "en": "eng",
+    "es": "spa",
+    "fi": "fin",
+    "fr": "fra",
+    "hu": "hun",
+    "it": "ita",
+    "ja": "jpn",
+    "ko": "kor",
+    "nl": "nld",
+    "pl": "pol",
+    "pt": "por",
+    "ro": "ron",
+    "ru": "rus",
+    "sv": "swe",
+    "tr": "tur",
+    "uk": "ukr",
+    "zh": "chi_sim",
+}
+
+
+class PackChooser:
+    """Which pack reads the pages of one file: the first configured one, then the one the text's language calls
+    for (among the configured packs only: `status` has checked they are installed)."""
+
+    def __init__(self, options: OcrOptions):
+        self.options = options
+        self.packs = [lang for lang in options.languages.split("+") if lang] or ["eng"]
+        self.current = self.packs[0]
+        self.rereads = 0
+
+    def read(self, image: Path, deadline: float) -> str:
+        return self.read_page(image, deadline, boxes=False).text
+
+    def read_page(self, image: Path, deadline: float, *, boxes: bool = True) -> OcrPage:
+        """The page read with the current pack, and again with the pack its text's language calls for when that
+        differs (with the paragraphs' line boxes when `boxes`)."""
+        page = _tesseract(image, self.options, deadline, boxes=boxes, languages=self.current)
+        if len(self.packs) < 2:
+            return page
+        from ..i18n import detect
+
+        among = tuple(code for code, pack in PACKS.items() if pack in self.packs)
+        pack = PACKS.get(detect(page.text, among) or "")
+        if pack is None or pack == self.current or pack not in self.packs:
+            return page
+        log.info("OCR: the page reads as %s, not %s: reading it again", pack, self.current)
+        self.current = pack
+        self.rereads += 1
+        return _tesseract(image, self.options, deadline, boxes=boxes, languages=pack)
 
 
 INSTALL_HINT = "install the Debian packages tesseract-ocr and tesseract-ocr-eng (scripts/setup.sh --dev does)"
@@ -102,24 +167,30 @@ class OcrPage:
     height: int
 
 
-def ocr_image(image: Path, options: OcrOptions, deadline: float) -> str:
-    """Text of one image file; IngestError when it runs past the file's deadline or cannot be read."""
-    return _tesseract(image, options, deadline, boxes=False).text
+def ocr_image(image: Path, options: OcrOptions, deadline: float, languages: str | None = None) -> str:
+    """Text of one image file read with `languages` (OCR_LANGUAGES unless given); IngestError when it runs past
+    the file's deadline or cannot be read."""
+    return _tesseract(image, options, deadline, boxes=False, languages=languages).text
 
 
-def ocr_image_boxes(image: Path, options: OcrOptions, deadline: float) -> OcrPage:
+def ocr_image_boxes(
+    image: Path, options: OcrOptions, deadline: float, languages: str | None = None
+) -> OcrPage:
     """`ocr_image` with the paragraphs and their line boxes (Tesseract's TSV, from the same run)."""
-    return _tesseract(image, options, deadline, boxes=True)
+    return _tesseract(image, options, deadline, boxes=True, languages=languages)
 
 
-def _tesseract(image: Path, options: OcrOptions, deadline: float, *, boxes: bool) -> OcrPage:
+def _tesseract(
+    image: Path, options: OcrOptions, deadline: float, *, boxes: bool, languages: str | None = None
+) -> OcrPage:
     binary = tesseract() or "tesseract"
     left = deadline - time.monotonic()
     if left <= 0:
         raise IngestError("timeout", f"OCR took longer than {options.timeout_s:g} s (OCR_TIMEOUT_S)")
     out_base = image.with_suffix("")
     log_path = image.with_suffix(".log")
-    cmd = [binary, str(image), str(out_base), "-l", options.languages, *(["txt", "tsv"] if boxes else [])]
+    cmd = [binary, str(image), str(out_base), "-l", languages or options.languages]
+    cmd += ["txt", "tsv"] if boxes else []
     try:
         code = run_limited(
             cmd,
@@ -197,7 +268,7 @@ def ocr_image_file(path: Path, options: OcrOptions) -> str:
     deadline = time.monotonic() + options.timeout_s
     with tempfile.TemporaryDirectory(prefix="rag-ocr-") as tmp:
         png = normalise_image(path, Path(tmp) / "page.png")
-        return ocr_image(png, options, deadline)
+        return PackChooser(options).read(png, deadline)
 
 
 def pages_without_text(path: Path) -> tuple[int, list[int]]:
@@ -233,6 +304,7 @@ def ocr_pdf_pages(
 
     deadline = time.monotonic() + options.timeout_s
     out: dict[int, OcrPage] = {}
+    chooser = PackChooser(options)
     pdf = pdfium.PdfDocument(str(path))
     try:
         with tempfile.TemporaryDirectory(prefix="rag-ocr-") as tmp:
@@ -244,7 +316,7 @@ def ocr_pdf_pages(
                     page.close()
                 png = Path(tmp) / f"page-{number}.png"
                 image.save(png, format="PNG")
-                out[number] = ocr_image_boxes(png, options, deadline)
+                out[number] = chooser.read_page(png, deadline)
                 png.unlink(missing_ok=True)
                 if progress:
                     progress(done, len(pages), number)

@@ -152,7 +152,7 @@ class _Preparer:
         """Embed the prepared files together and write their rows as one Lance fragment (committed by the
         driver); one result in `out` per file, the fragment on the first."""
         texts = [c.embed_text for _, prep, _ in prepared for c in prep.chunks]
-        vectors = self.services.embedder.embed_documents(texts)
+        vectors = self.services.store.embedder_for(self.index).embed_documents(texts)
         now = datetime.now(UTC).isoformat(timespec="seconds")
         rows: list[dict] = []
         offset = 0

@@ -110,15 +110,16 @@ def _carry_over(services: Services, index: str, staged: str, keys: list[tuple[st
     computed again when the current table was made with another embedder."""
     store = services.store
     marker = store.marker(index)
+    embedder = store.embedder_for(staged)  # the index's own (a rebuild keeps it), maybe not the default
     same_embedder = (
-        marker.get("embedding_model") in (None, store.own_marker["embedding_model"])
-        and marker.get("dim", marker.get("table_dim")) == store.own_marker["dim"]
+        marker.get("embedding_model") in (None, embedder.model_id)
+        and marker.get("dim", marker.get("table_dim")) == embedder.dim
     )
     for start in range(0, len(keys), CARRY_BATCH):
         part = keys[start : start + CARRY_BATCH]
         rows = store.scan_documents(index, part)
         if not same_embedder:
-            rows = _embedded_again(services, rows)
+            rows = _embedded_again(embedder, rows)
         store.write_rows(staged, rows, part)
     wanted = set(keys)
     entries = [
@@ -130,7 +131,7 @@ def _carry_over(services: Services, index: str, staged: str, keys: list[tuple[st
         overviews.upsert_overviews(services.settings, staged, entries)
 
 
-def _embedded_again(services: Services, rows):
+def _embedded_again(embedder, rows):
     """The rows with vectors from this worker's embedder: headings + text, as ingestion embeds a chunk."""
     texts = []
     for text, meta in zip(rows.column("text").to_pylist(), rows.column("metadata").to_pylist(), strict=True):
@@ -139,8 +140,8 @@ def _embedded_again(services: Services, rows):
         except (ValueError, AttributeError):
             headings = []
         texts.append("\n".join([*(str(h) for h in headings if h), text]))
-    vectors = np.asarray(services.embedder.embed_documents(texts), dtype=np.float32) if texts else None
-    dim = services.embedder.dim
+    vectors = np.asarray(embedder.embed_documents(texts), dtype=np.float32) if texts else None
+    dim = embedder.dim
     flat = pa.array(vectors.reshape(-1) if vectors is not None else np.zeros(0, dtype=np.float32))
     column = pa.FixedSizeListArray.from_arrays(flat, dim)
     return rows.drop_columns(["vector"]).append_column(

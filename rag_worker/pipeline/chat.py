@@ -13,7 +13,9 @@ from contract.answer import Answer
 
 from .. import metrics
 from ..errors import ApiError, NotFound
+from ..i18n import detect
 from ..llm import CancelToken
+from ..runtime import offload
 from ..schemas import ChatRequest, option_defaults
 from ..services import Services
 from ..telemetry import stage_span, trace_id
@@ -75,6 +77,10 @@ def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None
     turn = Turn(services, request, options, services.llm.resolve(), cancel or CancelToken())
     if (tid := trace_id()) is not None:  # tracing on: the done event names the turn's trace
         turn.timings["trace_id"] = tid
+    turn.language = offload(detect, request.prompt)  # native code; its first call loads the models (seconds)
+    if options.route != "direct" and request.indexes:
+        # The indexes' one embedder (a 400 for indexes built with different ones): the turn's queries use it.
+        turn.embedder = services.store.query_embedder(services.store.open_tables(request.indexes))
     return turn
 
 
@@ -90,7 +96,7 @@ def run_turn(turn: Turn) -> Iterator[Event]:
         except Exception as exc:  # the stream must end with an error event, never a dropped connection
             turn.outcome = "failed"
             log.exception("chat turn failed")
-            yield Error(f"the turn failed: {type(exc).__name__}: {exc}", "internal", 500)
+            yield Error(turn.message("turn_failed", kind=type(exc).__name__), "internal", 500)
         finally:
             turn.cancel.cancel()
             route = turn.route or turn.options.route
@@ -276,7 +282,7 @@ def _retrieve(turn: Turn, src: Sources):
         return
     src.retried_query = retried
     # Passages far below the evidence floor would only be noise on the cards and in the prompt.
-    floor = turn.settings.abstain_below
+    floor = turn.evidence_thresholds()[0]
     top = relevance.above_floor(turn, query, hits[: opts.top_k], floor)
     documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
     turn.chunk_vectors.update({(h.index, h.id): h.vector for h in top if h.vector is not None})

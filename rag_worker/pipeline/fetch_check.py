@@ -33,7 +33,7 @@ def check(turn: Turn) -> FetchDecision:
         return FetchDecision(True, "rule", "no documents from the previous turn")
     if not any(m.role == "user" for m in turn.request.history):
         return FetchDecision(True, "rule", "no conversation to follow up on")
-    embedder = turn.services.embedder
+    embedder = turn.space
     doc_vectors = embedder.embed_documents([d.context or d.text for d in docs])
     follow_up = is_follow_up(turn.request.prompt)
     text = turn.request.prompt

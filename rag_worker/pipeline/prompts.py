@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..i18n.messages import CATALOGUE, FALLBACK
+
 DEFAULTS: dict[str, str] = {
     "system": (
         "You are a careful assistant that answers questions from the user's documents. "
@@ -44,19 +46,13 @@ DEFAULTS: dict[str, str] = {
         "Use only these tables and columns. Reply with the SQL only: no explanation, no code fence. "
         "If the tables cannot answer the question, reply NONE."
     ),
-    "abstain": (
-        "I could not find anything in the indexed documents that answers this question, so I won't guess. "
-        "Try rephrasing it, widening the dataset selection, or adding documents that cover it."
-    ),
-    "ungrounded": (
-        "I found sources for this question, but the answer I drafted was not supported by them, so I won't show "
-        "it. The sources are listed above; try rephrasing the question."
-    ),
-    "extract_caveat": (
-        "The drafted answer was not supported by the sources, so here are the passages that best match the "
-        "question instead."
-    ),
+    # Texts the chat shows as they are: their English here, each language's in rag_worker/i18n/messages.py.
+    "abstain": CATALOGUE[FALLBACK]["abstain"],
+    "ungrounded": CATALOGUE[FALLBACK]["ungrounded"],
+    "extract_caveat": CATALOGUE[FALLBACK]["extract_caveat"],
 }
+# Added to the system prompt when the latest message's language is detected (rag_worker/i18n).
+ANSWER_IN = "Answer in {language}, the language of the user's latest message."
 
 
 def prompt(name: str, overrides: dict[str, str] | None) -> str:

@@ -30,7 +30,7 @@ def sentences(text: str) -> list[tuple[str, set[str]]]:
 def document_vectors(turn: Turn, documents: list[dict], texts: list[str]) -> np.ndarray:
     """Each document's vector: its chunk's, as stored in the index (no forward pass), or embedded from `texts`
     for documents the index no longer holds (or that came from a client without one)."""
-    out = np.zeros((len(documents), turn.services.embedder.dim), dtype=np.float32)
+    out = np.zeros((len(documents), turn.space.dim), dtype=np.float32)
     found: dict[tuple[str, str], np.ndarray] = {}
     by_index: dict[str, list[str]] = {}
     for d in documents:

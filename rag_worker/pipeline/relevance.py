@@ -64,7 +64,7 @@ def evidence(turn: Turn, query: str, hits: list) -> float:
     known = [h.vector_score for h in top if h.vector_score is not None]
     missing = [h for h in top if h.vector_score is None]
     if missing:  # FTS-only hits carry no similarity: measure it
-        vectors = turn.services.embedder.embed_documents([h.text for h in missing])
+        vectors = turn.space.embed_documents([h.text for h in missing])
         q = turn.embed_query(query)
         for hit, sim in zip(missing, vectors @ q, strict=True):
             hit.vector_score = float(sim)
@@ -76,15 +76,15 @@ def judge(turn: Turn, query: str, hits: list) -> Verdict:
     if not hits:
         return Verdict(False, "retrieval_score", 0.0, "nothing was found")
     score = evidence(turn, query, hits)
-    s = turn.settings
-    if score >= s.relevant_above:
+    abstain_below, relevant_above = turn.evidence_thresholds()
+    if score >= relevant_above:
         return Verdict(True, "retrieval_score", score, f"best passage similarity {score:.2f}")
-    if score < s.abstain_below:
+    if score < abstain_below:
         return Verdict(False, "retrieval_score", score, f"best passage similarity only {score:.2f}")
     passages = "\n\n".join(f"- {h.text[:400]}" for h in hits[:3])
     verdict = turn.ask_yes_no(turn.prompt("relevance"), f"Question: {query}\n\nPassages:\n{passages}")
     if verdict is None:
-        mid = (s.relevant_above + s.abstain_below) / 2
+        mid = (relevant_above + abstain_below) / 2
         return Verdict(score >= mid, "fallback", score, f"unsure ({score:.2f}) and no model answer")
     return Verdict(
         verdict, "llm", score, "the model judged the passages " + ("relevant" if verdict else "off topic")
@@ -111,7 +111,7 @@ def rescore(turn: Turn, question: str, hits: list) -> None:
     top = hits[: turn.options.top_k]
     if not top:
         return
-    vectors = turn.services.embedder.embed_documents([h.text for h in top])
+    vectors = turn.space.embed_documents([h.text for h in top])
     for hit, sim in zip(top, vectors @ turn.embed_query(question), strict=True):
         hit.vector_score = float(sim)
 

@@ -6,14 +6,17 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..i18n import language_name
+from ..i18n.messages import CATALOGUE, FALLBACK, message
 from ..schemas import ChatRequest
 from ..telemetry import Carried, stage_span
 from . import utility
 from .events import Step
+from .prompts import ANSWER_IN
 from .prompts import prompt as default_prompt
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,6 +60,11 @@ class Turn:
     read: dict[str, str] = field(default_factory=dict)
     grounding: dict | None = None
     _vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    # The embedder the turn's indexes were built with (chat.prepare sets it; None: the worker's default). The
+    # query, the passages and the answer's sentences are all compared in its space.
+    embedder: Any = None
+    # The latest message's language (ISO 639-1, rag_worker/i18n.detect; None: too short to tell).
+    language: str | None = None
     # Stored vectors of the chunks this turn's search returned, {(index, chunk id): vector} (for provenance).
     chunk_vectors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     # How the turn ended, for the metrics (answered, abstained, stopped, failed), the route it took and the
@@ -88,14 +96,40 @@ class Turn:
             self.timings[key] = self.timings.get(key, 0) + int((time.monotonic() - t0) * 1000)
 
     def prompt(self, name: str) -> str:
-        return default_prompt(name, self.options.prompts)
+        """The prompt or fixed text `name`: the request's override, else the default, a fixed text in the
+        user's language (`language`), the system prompt told which language to answer in."""
+        if self.options.prompts and self.options.prompts.get(name):
+            return self.options.prompts[name]
+        if name in CATALOGUE[FALLBACK]:
+            return message(name, self.language)
+        text = default_prompt(name, None)
+        if name == "system" and language_name(self.language):
+            text = f"{text} {ANSWER_IN.format(language=language_name(self.language))}"
+        return text
+
+    def message(self, key: str, **fields: str) -> str:
+        """A fixed text of the chat in the user's language (English when the catalogue lacks it)."""
+        return message(key, self.language, **fields)
 
     @property
     def generation_model(self) -> str:
         return self.options.model or self.llm.generation_model
 
+    @property
+    def space(self):
+        """The embedder of this turn's comparisons (`embedder`, or the worker's default)."""
+        return self.embedder if self.embedder is not None else self.services.embedder
+
+    def evidence_thresholds(self) -> tuple[float, float]:
+        """(abstain below, relevant above) on the best passage's cosine, in this turn's embedder's scale: the
+        settings' for the default embedder, the embedder's own for another (its cosines sit higher)."""
+        own = getattr(self.space, "evidence_thresholds", None)
+        if own is not None and self.space is not self.services.embedder:
+            return own
+        return self.settings.abstain_below, self.settings.relevant_above
+
     def embed_query(self, text: str) -> np.ndarray:
-        return self.services.embedder.embed_query(text)
+        return self.space.embed_query(text)
 
     def embed_texts(self, texts: list[str]) -> np.ndarray:
         """Embeddings of `texts`, computed once per turn: the missing ones in one batched call, the rest reused
@@ -103,9 +137,9 @@ class Turn:
         turns the embedder remembers recent texts (TEXT_CACHE_SIZE): the same passages come back."""
         missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
         if missing:
-            for text, vec in zip(missing, self.services.embedder.embed_cached(missing), strict=True):
+            for text, vec in zip(missing, self.space.embed_cached(missing), strict=True):
                 self._vectors[text] = vec
-        dim = self.services.embedder.dim
+        dim = self.space.dim
         return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, dim), dtype=np.float32)
 
     def utility_chat(self, messages: list[dict], max_tokens: int = 64) -> str:

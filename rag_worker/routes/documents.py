@@ -22,7 +22,7 @@ from ..ingest.formats import kind_of
 from ..ingest.records import Progress, stage_detail
 from ..names import check_filename, check_name
 from ..openapi import FILENAME_SCHEMA, NAME_SCHEMA, json_content, link, path_param, query_param, sse
-from ..responses import Added, Deleted, Dropped, FileInfo
+from ..responses import Added, Deleted, Dropped, FileInfo, IndexCreated
 from ..schemas import FileName, Name, parse
 from ..services import Services
 from ..sse import frame, sse_response
@@ -44,6 +44,11 @@ class DeleteRequest(_Body):
     index: Name = "default"
     dataset: Name = "default"
     filename: FileName
+
+
+class CreateIndexRequest(_Body):
+    embedder: str | None = None  # rag_worker/embedders.py: "default" or "multilingual-e5-small"
+    language: str | None = None  # the full-text index's language (rag_worker/store/fts.py), "en" by default
 
 
 class IndexRequest(_Body):
@@ -349,6 +354,26 @@ def index_uploads():
             yield frame("error", {"error": f"internal error: {type(exc).__name__}", "code": "internal"})
 
     return sse_response(frames(), svc.settings.keepalive_s)
+
+
+@routes.route(
+    "put",
+    "/indexes/<index>",
+    "Create an empty index with an embedder and a full-text language",
+    body=CreateIndexRequest,
+    answer=IndexCreated,
+    params=(path_param("index"),),
+    errors=(400, 409),
+)
+def create_index(index: str):
+    """201 when made now, 200 when it exists with the same embedder and language, 409 when with others."""
+    svc = services()
+    index = check_name(index, "index")
+    req = parse(CreateIndexRequest, json_body())
+    created = svc.store.create_index(index, embedder=req.embedder, language=req.language)
+    return jsonify({"index": index, "created": created, **svc.store.index_settings(index)}), (
+        201 if created else 200
+    )
 
 
 @routes.delete(

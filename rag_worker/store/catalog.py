@@ -19,14 +19,16 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BadRequest, EmbedderMismatch, NotFound
+from ..errors import ApiError, BadRequest, Conflict, EmbedderMismatch, NotFound
 from ..names import NAME_RE, STAGED_RE, check_name, check_table
 from ..runtime import offload
-from .rows import FTS_CONFIG, HIT_COLUMNS, MARKER_KEY, PACKED, PACKED_COLUMNS, PACKED_ID, table_schema
+from .fts import DEFAULT_LANGUAGE, check_language, fts_config
+from .rows import HIT_COLUMNS, MARKER_KEY, PACKED, PACKED_COLUMNS, PACKED_ID, table_schema
 from .writes import retry_conflicts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,17 +38,49 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..embeddings import Embedder
 
+
+def _own_embedders(default: Embedder) -> Callable[[str | None], Embedder]:
+    """A resolver for a store made without one (benches, tests): the default, and the others built on first use
+    with the settings' defaults."""
+    from ..embedders import DEFAULT, check_name
+
+    built: dict[str, Embedder] = {}
+
+    def resolve(name: str | None) -> Embedder:
+        name = check_name(name)
+        if name == DEFAULT:
+            return default
+        if name not in built:
+            from ..embedders import build
+            from ..settings import Settings
+
+            built[name] = build(name, Settings.model_construct(), default)
+        return built[name]
+
+    return resolve
+
+
 ALIASES = "aliases"  # folder in the store root: one file per rebuilt index naming the table that serves it
 
 
 class Catalog:
-    def __init__(self, root: Path, embedder: Embedder, *, index_cache_mb: int, metadata_cache_mb: int):
+    def __init__(
+        self,
+        root: Path,
+        embedder: Embedder,
+        *,
+        index_cache_mb: int,
+        metadata_cache_mb: int,
+        embedders: Callable[[str | None], Embedder] | None = None,
+    ):
         import lance
         import lancedb
 
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self.embedder = embedder
+        self.embedder = embedder  # the default one: tables whose marker names no other
+        # name -> the embedder of that name (rag_worker/embedders.py), for tables built with another one.
+        self._embedders = embedders or _own_embedders(embedder)
         # Consistency interval 0: every read checks for a newer version, so writes made by another process (the
         # indexing CLI, a second worker) are seen at once; on local disk that check is a cheap listing.
         # Bounded caches: every commit makes a new table version, and Lance's defaults (GiBs) let the cached
@@ -73,12 +107,37 @@ class Catalog:
 
     @property
     def own_marker(self) -> dict:
+        """The marker of a table made with the default embedder, in English."""
+        return self.marker_for(self.embedder)
+
+    @staticmethod
+    def marker_for(embedder: Embedder, language: str | None = None) -> dict:
         return {
-            "embedding_model": self.embedder.model_id,
-            "dim": int(self.embedder.dim),
-            "model_path": getattr(self.embedder, "model_path", None),
+            "embedding_model": embedder.model_id,
+            "dim": int(embedder.dim),
+            "model_path": getattr(embedder, "model_path", None),
+            "embedder": getattr(embedder, "name", "default"),
+            "language": check_language(language),
             PACKED_ID: True,
         }
+
+    def table_marker(self, embedder: Embedder, language: str | None) -> dict:
+        """The marker a new table of this embedder and language gets (`own_marker` for the default ones)."""
+        if embedder is self.embedder and check_language(language) == DEFAULT_LANGUAGE:
+            return self.own_marker
+        return self.marker_for(embedder, language)
+
+    def embedder_of(self, marker: dict | None) -> Embedder:
+        """The embedder a table's marker names (a table made before markers named one: the default)."""
+        name = (marker or {}).get("embedder")
+        try:
+            return self._embedders(name)
+        except ApiError as err:
+            if err.status != 400:
+                raise
+            raise EmbedderMismatch(
+                f"the index was built with embedder {name!r}, which this worker does not know", field="index"
+            ) from err
 
     def exists(self, index: str) -> bool:
         check_table(index)
@@ -98,7 +157,7 @@ class Catalog:
         return sorted(names)
 
     def check_marker(self, index: str, marker: dict) -> None:
-        ours = self.own_marker
+        ours = self.marker_for(self.embedder_of(marker))
         built_model = marker.get("embedding_model")
         built_dim = marker.get("dim", marker.get("table_dim"))
         same_model = built_model is None or built_model == ours["embedding_model"]
@@ -220,21 +279,50 @@ class Catalog:
             raise NotFound(f"index '{index}' does not exist", code="index_not_found", field="index")
         return table
 
-    def writable(self, index: str) -> LanceTable:
-        """The table serving `index`, created when there is none, its marker checked against this embedder."""
+    def writable(self, index: str, *, embedder: str | None = None, language: str | None = None) -> LanceTable:
+        """The table serving `index`, created when there is none (with the named embedder and language, the
+        default ones unless given), its marker checked against the embedder it names."""
         table = self.open(index)
         if table is None:
             name = self.serving_table(index)
-            table = offload(self.create, name)
+            table = offload(self.create, name, embedder, language)
             self._tables[name] = table
         self.check_marker(index, offload(self.read_marker, table))
         return table
 
-    def create(self, index: str) -> LanceTable:
-        """Table `index` with the schema, this embedder's marker and the FTS index (blocking)."""
+    def settings_of(self, marker: dict | None) -> tuple[str, str]:
+        """(embedder name, language) a table's marker records; a table made before them: default, English."""
+        marker = marker or {}
+        return marker.get("embedder") or "default", check_language(marker.get("language"))
+
+    def create_index(self, index: str, embedder: str | None, language: str | None) -> tuple[LanceTable, bool]:
+        """Make the table of `index` with this embedder and language now (blocking); (table, created). An index
+        that exists with other settings is a 409: its vectors and full-text index were built for those."""
+        wanted = (embedder or "default", check_language(language))
+        table = self.open(index)
+        created = table is None
+        if created:
+            name = self.serving_table(index)
+            table = self.create(name, wanted[0], wanted[1])
+            self._tables[name] = table
+        have = self.settings_of(self.read_marker(table))
+        if have != wanted:
+            raise Conflict(
+                f"index '{index}' exists with embedder {have[0]} and language {have[1]}; drop it to make it "
+                f"with embedder {wanted[0]} and language {wanted[1]}",
+                code="index_exists",
+                field="index",
+            )
+        return table, created
+
+    def create(self, index: str, embedder: str | None = None, language: str | None = None) -> LanceTable:
+        """Table `index` with the schema, the named embedder's marker and the FTS index for its language
+        (blocking)."""
         from lancedb.index import FTS
 
-        schema = table_schema(self.embedder.dim, self.own_marker)
+        emb = self._embedders(embedder)
+        marker = self.table_marker(emb, language)
+        schema = table_schema(emb.dim, marker)
         # exist_ok: another process may create the same index at the same moment; its marker is checked after.
         table = self.db.create_table(index, schema=schema, exist_ok=True)
 
@@ -242,7 +330,7 @@ class Catalog:
             if any(idx.index_type == "FTS" for idx in table.list_indices()):
                 return
             try:
-                table.create_index("text", config=FTS(**FTS_CONFIG))
+                table.create_index("text", config=FTS(**fts_config(language)))
             except Exception:  # a concurrent creator won the race; fine if its index is there
                 if not any(idx.index_type == "FTS" for idx in table.list_indices()):
                     raise
@@ -284,7 +372,10 @@ class Catalog:
         (and in no HTTP route). Searches of `index` keep using the current table until `promote`."""
         check_name(index, "index")
         name = f"{index}.{secrets.token_hex(6)}"
-        self._tables[name] = offload(self.create, name)
+        current = self.open(index)  # the rebuilt table keeps the index's embedder and language
+        marker = offload(self.read_marker, current) if current is not None else None
+        embedder, language = self.settings_of(marker)
+        self._tables[name] = offload(self.create, name, embedder, language)
         return name
 
     def staged_tables(self, index: str) -> list[str]:

@@ -42,6 +42,7 @@ class Reader:
         ann_params: ann.AnnParams | None = None,
         index_cache_mb: int | None = None,
         metadata_cache_mb: int | None = None,
+        embedders=None,
     ):
         defaults = Settings.model_construct()  # the settings' defaults, no environment read
         self.catalog = Catalog(
@@ -51,6 +52,7 @@ class Reader:
             metadata_cache_mb=(
                 defaults.lancedb_metadata_cache_mb if metadata_cache_mb is None else metadata_cache_mb
             ),
+            embedders=embedders,
         )
         self.root = self.catalog.root
         self.embedder = embedder
@@ -60,11 +62,13 @@ class Reader:
         self.ann = ann_params or ann.AnnParams.from_settings(defaults)
 
     @classmethod
-    def from_settings(cls, settings: Settings, embedder: Embedder):
-        """The store the worker runs with: folder, fusion, ANN parameters and cache sizes from `settings`."""
+    def from_settings(cls, settings: Settings, embedder: Embedder, embedders=None):
+        """The store the worker runs with: folder, fusion, ANN parameters and cache sizes from `settings`;
+        `embedders` resolves the embedder names tables record (`Services.embedder_named`)."""
         return cls(
             settings.lancedb_dir,
             embedder,
+            embedders=embedders,
             fusion=FusionParams.from_settings(settings),
             ann_params=ann.AnnParams.from_settings(settings),
             index_cache_mb=settings.lancedb_index_cache_mb,
@@ -87,6 +91,19 @@ class Reader:
     def marker(self, index: str) -> dict | None:
         """What the table was built with: {"embedding_model", "dim", ...}; None when the table carries none."""
         return offload(self.catalog.read_marker, self.table(index))
+
+    def embedder_for(self, index: str) -> Embedder:
+        """The embedder `index` was built with (its marker names it): its queries and new chunks use it. An index
+        without a table yet is written by the default one."""
+        table = self.catalog.open(index)
+        if table is None:
+            return self.embedder
+        return self.catalog.embedder_of(self.catalog.marker_of(table))
+
+    def index_settings(self, index: str) -> dict:
+        """{"embedder", "language"} of an existing index (NotFound otherwise)."""
+        embedder, language = self.catalog.settings_of(self.catalog.marker_of(self.table(index)))
+        return {"embedder": embedder, "language": language}
 
     def check_compatible(self, index: str) -> None:
         table = self.table(index)
@@ -135,7 +152,8 @@ class Reader:
         limit = min(limit, search.MAX_LIMIT)
         tables = self.open_tables(names)
         query = query if isinstance(query, str) else ""
-        qvec = self._query_vector(query, vector) if mode in ("hybrid", "vector") else None
+        embedder = self.query_embedder(tables)
+        qvec = self._query_vector(query, vector, embedder) if mode in ("hybrid", "vector") else None
         # A query of only punctuation or nothing at all has no terms: an empty FTS leg, not an error.
         fts_text = query if mode in ("hybrid", "fts") and has_words(query) else None
         where = in_clause("dataset", filters) if filters else None
@@ -153,10 +171,29 @@ class Reader:
                 raise
             return self._search_tables(fresh, qvec, fts_text, where, leg_limit, fusion_args)
 
-    def _query_vector(self, query: str, vector: np.ndarray | None) -> np.ndarray:
-        qvec = self.embedder.embed_query(query) if vector is None else np.asarray(vector, dtype=np.float32)
-        if qvec.shape != (self.embedder.dim,) or not np.all(np.isfinite(qvec)):
-            raise BadRequest(f"the query vector must have {self.embedder.dim} finite values", field="vector")
+    def query_embedder(self, tables: list[tuple[str, LanceTable]]) -> Embedder:
+        """The one embedder the tables of a search were built with. Indexes built with different embedders
+        have vectors in different spaces: one query vector cannot search them together (400)."""
+        found = {}
+        for name, table in tables:
+            emb = self.catalog.embedder_of(self.catalog.marker_of(table))
+            found.setdefault(id(emb), (emb, name))
+        if len(found) > 1:
+            pairs = ", ".join(f"{n} ({getattr(e, 'name', 'default')})" for e, n in found.values())
+            raise BadRequest(
+                f"these indexes were built with different embedders and cannot be searched together: {pairs}",
+                code="mixed_embedders",
+                field="index",
+            )
+        return next(iter(found.values()))[0] if found else self.embedder
+
+    def _query_vector(
+        self, query: str, vector: np.ndarray | None, embedder: Embedder | None = None
+    ) -> np.ndarray:
+        embedder = embedder or self.embedder
+        qvec = embedder.embed_query(query) if vector is None else np.asarray(vector, dtype=np.float32)
+        if qvec.shape != (embedder.dim,) or not np.all(np.isfinite(qvec)):
+            raise BadRequest(f"the query vector must have {embedder.dim} finite values", field="vector")
         return qvec
 
     def open_tables(self, indexes: Sequence[str]) -> list[tuple[str, LanceTable]]:

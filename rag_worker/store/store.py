@@ -35,7 +35,7 @@ class Store(Reader):
         check_table(index)
         if not rows:
             return 0
-        data = self._prepare(rows)
+        data = self._prepare(index, rows)
         table = self.catalog.writable(index)
         data = self.catalog.conform(table, data)
         offload(writes.upsert, table, data, None, self.ann.min_rows)
@@ -54,7 +54,7 @@ class Store(Reader):
         if not rows:
             return 0, self.delete_document(index, dataset=dataset, filename=filename)
         # Embedding (the slow and failure-prone part) happens before anything is written.
-        data = self._prepare(rows)
+        data = self._prepare(index, rows)
         table = self.catalog.writable(index)
         data = self.catalog.conform(table, data)
         where = doc_filter(dataset, filename)
@@ -88,7 +88,7 @@ class Store(Reader):
             raise BadRequest("a batch names a document twice", code="bad_rows")
         if not keys:
             return []
-        data = self._prepare(all_rows)
+        data = self._prepare(index, all_rows)
         table = self.catalog.writable(index)
         data = self.catalog.conform(table, data)
         digests = [doc_key(d, f) for d, f in keys]
@@ -120,8 +120,24 @@ class Store(Reader):
         the write said `compact=False`), and build the ANN index once the table is large enough."""
         offload(writes.after_write, self.table(index), self.ann.min_rows)
 
-    def _prepare(self, rows: list[dict]) -> pa.Table:
-        return prepare(rows, self.embedder, self.own_marker)
+    def _prepare(self, index: str, rows: list[dict]) -> pa.Table:
+        """Rows embedded (those without a vector) by the embedder of `index`, laid out as its table takes them."""
+        table = self.catalog.open(index)
+        marker = offload(self.catalog.read_marker, table) if table is not None else None
+        embedder = self.catalog.embedder_of(marker)
+        _, language = self.catalog.settings_of(marker)
+        return prepare(rows, embedder, self.catalog.table_marker(embedder, language))
+
+    def create_index(self, index: str, *, embedder: str | None = None, language: str | None = None) -> bool:
+        """Make the (empty) table of `index` with this embedder and full-text language; True when made now,
+        False when it existed with the same ones (a 409 when with others)."""
+        from ..embedders import check_name as check_embedder
+        from .fts import check_language
+
+        check_table(index)
+        embedder, language = check_embedder(embedder), check_language(language)
+        _, created = offload(self.catalog.create_index, index, embedder, language)
+        return created
 
     # -- bulk writes from other processes (the Ray engine writes Lance fragments into the table's folder) -----
 
@@ -134,7 +150,7 @@ class Store(Reader):
     def prepare_rows(self, index: str, rows: list[dict]) -> pa.Table:
         """Rows validated, embedded where they lack a vector, and laid out as the index's table takes them, for a
         writer that appends Lance fragments itself (the Ray engine)."""
-        return self.catalog.conform(self.table(index), self._prepare(rows))
+        return self.catalog.conform(self.table(index), self._prepare(index, rows))
 
     def table_uri(self, index: str) -> str:
         """Where the table's Lance dataset lives (a folder, or an object-store URI)."""
@@ -200,7 +216,11 @@ class Store(Reader):
     def write_rows(self, index: str, data: pa.Table, keys: list[tuple[str, str]]) -> None:
         """Replace the documents `keys` with `data` (rows as `scan_documents` returns them) in one commit."""
         table = self.catalog.writable(index)
-        schema = table_schema(self.embedder.dim, self.own_marker)
+        marker = offload(self.catalog.read_marker, table)
+        embedder = self.catalog.embedder_of(marker)
+        schema = table_schema(
+            embedder.dim, self.catalog.table_marker(embedder, self.catalog.settings_of(marker)[1])
+        )
         # Carried over from a table made before the packed column, or before the id joined it: packed afresh.
         if PACKED not in data.column_names:
             data = data.append_column(PACKED, packed_column(data))

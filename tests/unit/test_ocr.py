@@ -111,3 +111,35 @@ def test_a_file_named_like_an_image_that_is_not_one_is_refused(tmp_path):
     with pytest.raises(IngestError) as err:
         Converter().convert(path)
     assert err.value.code == "unsupported_type"
+
+
+FRENCH_LINES = ["Les salariés ont droit à vingt-cinq jours", "de congés payés par an, reportés en été."]
+DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+
+
+@needs_tesseract
+@pytest.mark.skipif(not DEJAVU.exists(), reason="fonts-dejavu-core is not installed")
+def test_a_french_scan_is_read_again_with_the_french_pack(tmp_path):
+    import time
+
+    from PIL import Image, ImageDraw, ImageFont
+
+    from rag_worker.ingest.ocr import PackChooser, _languages
+
+    if "fra" not in _languages(tesseract()):
+        pytest.skip("tesseract-ocr-fra is not installed (OCR_LANGUAGES=eng+fra scripts/setup.sh --dev)")
+    image = Image.new("L", (2200, 400), "white")
+    font = ImageFont.truetype(str(DEJAVU), 64)
+    for row, line in enumerate(FRENCH_LINES):
+        ImageDraw.Draw(image).text((60, 80 + row * 120), line, fill="black", font=font)
+    png = tmp_path / "scan.png"
+    image.save(png)
+
+    chooser = PackChooser(OcrOptions(languages="eng+fra"))
+    text = " ".join(chooser.read(png, time.monotonic() + 120).split())
+    assert chooser.current == "fra" and chooser.rereads == 1, "read with eng, detected French, read again"
+    for word in ("salariés", "congés", "payés", "été"):
+        assert word in text, text
+    # One configured pack: read once with it, nothing detected.
+    alone = PackChooser(OcrOptions(languages="fra"))
+    assert "congés" in alone.read(png, time.monotonic() + 120) and alone.rereads == 0

@@ -29,7 +29,7 @@ def answer(
     cands = [p for ref, text in passages.items() for p in passage_sentences(ref, text, prose_only=True)]
     cands = [p for p in cands if len(p.text) <= MAX_QUOTE_CHARS]
     if not cands:
-        return caveat or "The sources hold no sentence that answers this question."
+        return caveat or turn.message("no_quote")
     q = turn.embed_query(question)
     vecs = turn.embed_texts([p.text for p in cands])
     qwords = content_words(question)
@@ -46,7 +46,7 @@ def answer(
     blocks = [caveat] if caveat else []
     for ref, idx in by_ref.items():
         quoted = " ".join(cands[j].text for j in sorted(idx, key=lambda j: cands[j].start))
-        blocks.append(f"From {names.get(ref, ref)}:\n\n> {quoted} [{ref}]")
+        blocks.append(f"{turn.message('quote_from', name=names.get(ref, ref))}\n\n> {quoted} [{ref}]")
     return "\n\n".join(blocks)
 
 

@@ -6,6 +6,7 @@ module's stack: no worker of their own)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import httpx
 import openai
@@ -657,3 +658,32 @@ def test_a_three_turn_chat_exports_as_markdown_whose_citations_resolve_in_the_in
     with api.stream("GET", "/api/account/export", headers=stranger) as r:
         only = [_json.loads(line) for line in r.iter_lines() if line]
     assert [row["type"] for row in only] == ["account"]  # nothing of another account
+
+
+def test_an_index_made_with_a_language_keeps_it_on_the_worker_and_bad_choices_are_400(api, user, stack):
+    import httpx
+
+    worker, _ = stack
+    r = api.post("/api/indexes", json={"name": "Canards", "language": "fr"}, headers=user)
+    assert r.status_code == 201, r.text
+    made = r.json()
+    assert made["language"] == "fr" and made["embedder"] == "default" and made["name"] == "Canards"
+    # The worker's table exists now, in French: asking for it again in French is a no-op, in German a conflict.
+    lancedb = Path(worker.env["INDEX_STORE"]) / "lancedb"
+    [table] = [p.name.removesuffix(".lance") for p in lancedb.glob("u*_canards_*.lance")]
+    again = httpx.put(f"{worker.url}/indexes/{table}", json={"language": "fr"})
+    assert again.status_code == 200 and again.json()["created"] is False
+    assert httpx.put(f"{worker.url}/indexes/{table}", json={"language": "de"}).status_code == 409
+
+    before = api.get("/api/indexes", headers=user).json()
+    for body, field in [
+        ({"name": "Bad1", "embedder": "bge-m3"}, "embedder"),
+        ({"name": "Bad2", "language": "klingon"}, "language"),
+        ({"name": "Bad3", "embedder": 7}, "embedder"),
+    ]:
+        r = api.post("/api/indexes", json=body, headers=user)
+        assert r.status_code == 400, r.text
+        assert r.json()["field"] == field, r.text
+    r = api.post("/api/indexes", json={"name": "Bad4", "embedder": "nope"}, headers=user)
+    assert "multilingual-e5-small" in r.text, "the refusal lists the valid embedders"
+    assert api.get("/api/indexes", headers=user).json() == before, "a refused creation made nothing"

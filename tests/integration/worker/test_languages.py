@@ -1,0 +1,126 @@
+"""Beyond English through the real worker: an index created in French (its full-text language), answered in French
+with French fixed texts; the language of the latest message picks them, English for a language the catalogue
+lacks; and the index-creation route's refusals."""
+
+from __future__ import annotations
+
+import httpx
+
+from rag_worker.i18n.messages import CATALOGUE
+from tests.ollama_server import default_responder
+from tests.sse import post_events
+
+FRENCH_DOC = (
+    "# Congés\n\n"
+    "Les salariés ont droit à vingt-cinq jours de congés payés par an.\n\n"
+    "Les jours de congés non pris peuvent être reportés jusqu'à la fin du mois de mars.\n"
+)
+QUESTION = "Combien de jours de congés payés les salariés ont-ils par an ?"
+INVENTED = "Les congés sont attribués par tirage au sort chaque lundi au ministère de la pêche [S1]."
+
+
+def obeying(invented: str | None = None):
+    """A model that answers in the language the system prompt asks for (as a real one does), from the sources, or
+    invents `invented`; yes/no checks as the default model."""
+
+    def responder(model: str, messages: list[dict], request: dict) -> str:
+        if any("answer yes or no" in str(m.get("content") or "").lower() for m in messages):
+            return default_responder(model, messages, request)
+        if invented is not None:
+            return invented
+        reply = default_responder(model, messages, request)
+        system = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+        if "Answer in French" in system:
+            return reply.replace("According to the sources, ", "D'après les sources, ")
+        return reply
+
+    return responder
+
+
+def turn(worker, prompt: str, index: str, **options):
+    body = {"prompt": prompt, "index": index, "options": {"route": "rag", **options}}
+    datasets = options.pop("datasets", None)
+    if datasets is not None:
+        body = {**body, "datasets": datasets, "options": {"route": "rag", **options}}
+    status, events = post_events(worker.url + "/chat_stream", body)
+    assert status == 200, events
+    events = [(e, d) for e, d in events if e != ":"]
+    assert events[-1][0] == "done", events[-1]
+    return events[-1][1]
+
+
+def test_a_french_index_is_answered_in_french_with_french_fixed_texts(worker, fake_ollama):
+    made = httpx.put(worker.url + "/indexes/conges_fr", json={"language": "fr"})
+    assert made.status_code == 201, made.text
+    assert made.json() == {"index": "conges_fr", "created": True, "embedder": "default", "language": "fr"}
+    again = httpx.put(worker.url + "/indexes/conges_fr", json={"language": "fr"})
+    assert again.status_code == 200 and again.json()["created"] is False
+    clash = httpx.put(worker.url + "/indexes/conges_fr", json={"language": "de"})
+    assert clash.status_code == 409 and clash.json()["code"] == "index_exists"
+    up = httpx.post(
+        worker.url + "/add_document",
+        data={"index": "conges_fr", "dataset": "rh"},
+        files={"file": ("conges.md", FRENCH_DOC.encode(), "text/markdown")},
+        timeout=120,
+    )
+    assert up.status_code == 200, up.text
+
+    fr = CATALOGUE["fr"]
+    fake_ollama.responder = obeying()
+    done = turn(worker, QUESTION, "conges_fr", grounding="refuse")
+    chats = [r["body"] for r in fake_ollama.requests if r["path"] == "/api/chat" and r["body"].get("stream")]
+    system = next(m["content"] for m in chats[-1]["messages"] if m["role"] == "system")
+    assert "Answer in French" in system
+    assert done["abstained"] is False and done["reply"].startswith("D'après les sources"), done["reply"]
+    assert "vingt-cinq jours" in done["reply"]
+
+    # An invented draft under `extract`: the French caveat, then quotes under "Extrait de <file> :".
+    fake_ollama.responder = obeying(INVENTED)
+    done = turn(worker, QUESTION, "conges_fr", grounding="extract")
+    assert done["reply"].startswith(fr["extract_caveat"]), done["reply"]
+    assert "Extrait de conges.md :" in done["reply"] and "vingt-cinq jours" in done["reply"]
+    # ...and under `refuse`: the French refusal.
+    done = turn(worker, QUESTION, "conges_fr", grounding="refuse")
+    assert done["abstained"] is True and done["reply"] == fr["ungrounded"]
+
+    # Nothing to answer from (a dataset the index does not have): the French abstention.
+    done = turn(worker, QUESTION, "conges_fr", datasets=["archives"])
+    assert done["abstained"] is True and done["reply"] == fr["abstain"]
+
+
+def test_the_latest_message_picks_the_language_and_english_is_the_fallback(worker, fake_ollama):
+    fake_ollama.responder = obeying("Der Eiffelturm wurde aus Schokolade gebaut und schwimmt im Meer [S1].")
+    done = turn(worker, "Wie hoch ist der Eiffelturm in Paris?", "corpus", grounding="refuse")
+    assert done["abstained"] is True and done["reply"] == CATALOGUE["de"]["ungrounded"]
+    # Italian is detected, and the catalogue has no Italian: English (MiniLM may find nothing close enough in the
+    # English corpus for an Italian question, so the abstention or the refusal, both in English).
+    done = turn(worker, "Quanto è alta la Torre Eiffel a Parigi?", "corpus", grounding="refuse")
+    en = CATALOGUE["en"]
+    assert done["abstained"] is True and done["reply"] in (en["abstain"], en["ungrounded"])
+
+
+def test_bad_index_creations_are_4xx_json(worker):
+    for body, status, field in [
+        ({"embedder": "bge-m3"}, 400, "embedder"),
+        ({"language": "klingon"}, 400, "language"),
+        ({"embedder": 5}, 400, "embedder"),
+        ({"language": ["fr"]}, 400, "language"),
+    ]:
+        r = httpx.put(worker.url + "/indexes/never_made", json=body)
+        assert r.status_code == status and r.json()["field"] == field, r.text
+    assert "multilingual-e5-small" in httpx.put(worker.url + "/indexes/x", json={"embedder": "?"}).text
+    assert httpx.put(worker.url + "/indexes/bad%20name", json={}).status_code == 400
+    assert (
+        httpx.put(
+            worker.url + "/indexes/never_made", content=b"{", headers={"Content-Type": "application/json"}
+        ).status_code
+        == 400
+    )
+    assert (
+        httpx.put(
+            worker.url + "/indexes/never_made", content=b"{}", headers={"Content-Type": "text/plain"}
+        ).status_code
+        == 415
+    )
+    names = httpx.get(worker.url + "/get_documents", params={"index": "never_made"})
+    assert names.status_code == 404, "a refused creation made nothing"
