@@ -168,6 +168,12 @@ class LocalBackend:
         return model.context_tokens if model else 700
 
     @property
+    def grounding_policy(self) -> str:
+        """The grounding policy that suits this model (what an empty GROUNDING_POLICY means on it)."""
+        model = self.choice.model
+        return model.grounding_policy if model else "extract"
+
+    @property
     def repeat_penalty(self) -> float:
         model = self.choice.model
         return model.repeat_penalty if model else 1.05

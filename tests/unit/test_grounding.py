@@ -127,8 +127,11 @@ def test_a_right_citation_is_left_alone(embedder):
 # -- policies -----------------------------------------------------------------------------------------------------
 
 
-def test_default_policy_is_extract_for_the_embedded_model_and_flag_for_ollama(embedder):
+def test_default_policy_is_extract_for_the_embedded_model_and_flag_for_ollama(embedder, smollm2):
     assert policy_for(make_turn(embedder, backend="local")) == "extract"
+    # Each packaged model carries the default chosen on measurements (both `extract`: docs/benchmarks.md).
+    assert policy_for(make_turn(embedder, backend=smollm2)) == smollm2.grounding_policy == "extract"
+    assert policy_for(make_turn(embedder, backend=smollm2, GROUNDING_POLICY="flag")) == "flag"
     assert policy_for(make_turn(embedder, backend="ollama")) == "flag"
     assert policy_for(make_turn(embedder, backend="ollama", GROUNDING_POLICY="refuse")) == "refuse"
     turn = make_turn(embedder, backend="local")
