@@ -294,6 +294,8 @@ def shares(recs: list[dict], policy: str, min_share: float = 0.8) -> dict:
 
 
 def report(split: str) -> None:
+    from rag_worker.settings import Settings
+
     for path in sorted(OUT.glob(f"{split}-*.jsonl")):
         recs = [json.loads(line) for line in path.open()]
         if not recs:
@@ -310,6 +312,13 @@ def report(split: str) -> None:
             f"grounded (>= 0.8) {sum(r['supported_share'] >= 0.8 for r in ans)}/{len(ans)} answerable, "
             f"{sum(r['supported_share'] >= 0.8 for r in recs if r['kind'] == 'unanswerable')}/{len(recs) - len(ans)}"
             " unanswerable"
+        )
+        below = Settings().abstain_below
+        una = [r for r in recs if r["kind"] == "unanswerable"]
+        print(
+            f"  evidence gate (best passage similarity < ABSTAIN_BELOW {below}, a turn abstains before drafting): "
+            f"{sum(r['similarity'] < below for r in una)}/{len(una)} unanswerable, "
+            f"{sum(r['similarity'] < below for r in ans)}/{len(ans)} answerable"
         )
         header = "  policy        | answerable: correct  wrong  quoted (w/ evidence)  abstained | unanswerable: abstained  invented  quoted"
         print(header)
