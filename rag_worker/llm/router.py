@@ -97,8 +97,9 @@ class LLMRouter:
             return probe
 
     def _local(self, reason: str) -> Resolved:
-        name = self.local.name
-        return Resolved(self.local, name, name, reason)
+        name, choice = self.local.name, self.local.choice
+        # Why this backend, then why this model (EMBEDDED_MODEL, LOCAL_MODEL, or the fallback and its cause).
+        return Resolved(self.local, name, name, f"{reason}; {choice.fallback or choice.reason}")
 
     def _utility(self, probe: _Probe) -> str:
         """The small model for rewrites and checks; the generation model stands in when it is not pulled."""

@@ -31,12 +31,24 @@ def is_local(turn: Turn) -> bool:
     return getattr(turn.llm.backend, "backend", None) == "local"
 
 
+# Tokens kept free in the embedded model's context for the instructions, the chat template and the sources' labels.
+INSTRUCTIONS_TOKENS = 256
+
+
+def local_max_tokens(turn: Turn) -> int:
+    return turn.options.max_tokens or turn.settings.local_max_tokens
+
+
 def local_bodies(turn: Turn, documents: list[dict]) -> list[str | None]:
-    """What the embedded model reads of each document within LOCAL_CONTEXT_TOKENS: the best passages whole (with
-    their neighbours when they fit, else the passage alone), the rest left out (None); only the first is cut
-    when even it alone is too long. A small model reading five cut passages took 22 s to its first token."""
-    budget = turn.settings.local_context_tokens
-    count = turn.services.embedder.count_tokens
+    """What the embedded model reads of each document: the best passages whole (with their neighbours when they
+    fit, else the passage alone), the rest left out (None); only the first is cut when even it alone is too long.
+    The budget is LOCAL_CONTEXT_TOKENS (or the model's default), never more than its context leaves after the
+    instructions, the question and the answer; everything is counted by the model's own tokenizer. A small
+    model reading five cut passages took 22 s to its first token."""
+    backend = turn.llm.backend
+    count = backend.count_tokens  # llama.cpp's tokenizer, the one the model reads with
+    room = backend.n_ctx - local_max_tokens(turn) - count(turn.request.prompt) - INSTRUCTIONS_TOKENS
+    budget = max(0, min(turn.settings.local_context_tokens or backend.context_tokens, room))
     out: list[str | None] = []
     for d in documents:
         fitted = None
@@ -45,22 +57,22 @@ def local_bodies(turn: Turn, documents: list[dict]) -> list[str | None]:
                 fitted = text.strip()
                 break
         if fitted is None and not any(out):
-            fitted = _cut(d["text"].strip(), budget, count)
+            fitted = _cut(d["text"].strip(), budget, backend)
         if fitted is not None:
             budget -= count(fitted) + 8
         out.append(fitted)
     return out
 
 
-def _cut(text: str, budget: int, count) -> str:
-    """The longest run of `text`'s leading paragraphs (or, failing that, characters) within budget tokens."""
+def _cut(text: str, budget: int, backend) -> str:
+    """The longest run of `text`'s leading paragraphs within budget tokens, or failing that its first tokens."""
     kept = ""
     for para in text.split("\n\n"):
         candidate = f"{kept}\n\n{para}" if kept else para
-        if count(candidate) > budget:
+        if backend.count_tokens(candidate) > budget:
             break
         kept = candidate
-    return kept or text[: budget * 3]
+    return kept or backend.cut(text, budget)
 
 
 def llm_messages(turn: Turn, system: str, sources: str | None) -> list[dict]:
@@ -71,12 +83,18 @@ def llm_messages(turn: Turn, system: str, sources: str | None) -> list[dict]:
     messages are left out: their [S1]... would collide with the new numbering.
     """
     head = f"{system}\n\n{sources}" if sources else system
-    budget = turn.settings.context_chars - len(head) - len(turn.request.prompt)
+    if is_local(turn):  # the embedded model's context, in its own tokens (4 more per message: the template)
+        backend = turn.llm.backend
+        cost_of = backend.count_tokens
+        budget = backend.n_ctx - local_max_tokens(turn) - cost_of(head) - cost_of(turn.request.prompt) - 32
+    else:
+        cost_of = len
+        budget = turn.settings.context_chars - len(head) - len(turn.request.prompt)
     kept: list[dict] = []
     for msg in reversed(turn.request.history):
         if sources and msg.role == "system":
             continue
-        cost = len(msg.content)
+        cost = cost_of(msg.content) + (4 if is_local(turn) else 0)
         if cost > budget:
             break
         budget -= cost
@@ -104,7 +122,7 @@ def _generated(turn: Turn, messages: list[dict]) -> Iterator[str]:
         messages,
         model=turn.generation_model,
         temperature=turn.options.temperature,
-        max_tokens=turn.options.max_tokens or (turn.settings.local_max_tokens if is_local(turn) else None),
+        max_tokens=local_max_tokens(turn) if is_local(turn) else turn.options.max_tokens,
         cancel=turn.cancel,
     )
     with contextlib.closing(stream):  # leaving early (a stop sequence, a client gone) stops the model

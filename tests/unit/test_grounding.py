@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from rag_worker.llm import CancelToken
+import pytest
+
+from rag_worker.llm import CancelToken, LocalBackend
 from rag_worker.pipeline import generate
 from rag_worker.pipeline.grounding import Grounder, check, quotes, sentences
 from rag_worker.pipeline.grounding.policy import policy_for
@@ -35,10 +37,12 @@ INVENTED = (
 )
 
 
-def make_turn(embedder, backend: str = "ollama", **settings) -> Turn:
+def make_turn(embedder, backend="ollama", **settings) -> Turn:
+    """`backend`: a backend's name (the policy only reads it), or a real backend object (the embedded model's
+    context budget counts with its tokenizer)."""
     services = SimpleNamespace(settings=Settings(**settings), embedder=embedder)
     opts = TurnOptions("rag", False, False, False, "hybrid", 5, "similarity", None, None, None, {})
-    llm = SimpleNamespace(backend=SimpleNamespace(backend=backend))
+    llm = SimpleNamespace(backend=SimpleNamespace(backend=backend) if isinstance(backend, str) else backend)
     return Turn(services, ChatRequest(prompt="How do I back up the data?"), opts, llm, CancelToken())
 
 
@@ -123,8 +127,11 @@ def test_a_right_citation_is_left_alone(embedder):
 # -- policies -----------------------------------------------------------------------------------------------------
 
 
-def test_default_policy_is_extract_for_the_embedded_model_and_flag_for_ollama(embedder):
+def test_default_policy_is_extract_for_the_embedded_model_and_flag_for_ollama(embedder, smollm2):
     assert policy_for(make_turn(embedder, backend="local")) == "extract"
+    # Each packaged model carries the default chosen on measurements (both `extract`: docs/benchmarks.md).
+    assert policy_for(make_turn(embedder, backend=smollm2)) == smollm2.grounding_policy == "extract"
+    assert policy_for(make_turn(embedder, backend=smollm2, GROUNDING_POLICY="flag")) == "flag"
     assert policy_for(make_turn(embedder, backend="ollama")) == "flag"
     assert policy_for(make_turn(embedder, backend="ollama", GROUNDING_POLICY="refuse")) == "refuse"
     turn = make_turn(embedder, backend="local")
@@ -212,21 +219,57 @@ def context_docs():
     ]
 
 
-def test_local_context_keeps_the_best_passages_whole_and_leaves_out_what_does_not_fit(embedder):
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    """The embedded model for real (its tokenizer is llama.cpp's; it loads in about a second)."""
+    settings = Settings(
+        EMBEDDED_MODEL="smollm2", LOCAL_N_CTX=1024, MODEL_CACHE_DIR=str(tmp_path_factory.mktemp("m"))
+    )
+    return LocalBackend(settings)
+
+
+def local_turn(embedder, smollm2, budget: int) -> Turn:
+    return make_turn(embedder, backend=smollm2, LOCAL_CONTEXT_TOKENS=budget)
+
+
+def test_local_context_keeps_the_best_passages_whole_and_leaves_out_what_does_not_fit(embedder, smollm2):
     docs = context_docs()
-    sizes = [embedder.count_tokens(d["text"]) for d in docs]
+    sizes = [smollm2.count_tokens(d["text"]) for d in docs]  # the model's tokens, not the embedder's
     budget = sizes[0] + sizes[2] + 20  # room for the first and the third, not the long second one
     assert sizes[1] > 20
-    turn = make_turn(embedder, backend="local", LOCAL_CONTEXT_TOKENS=budget)
+    turn = local_turn(embedder, smollm2, budget)
     message = generate.sources_message(turn, docs)
     assert turn.read == {"S1": BACKUP, "S3": DUCKS}  # whole, never cut; the long one left out
     assert "[S2] b.md" not in message and "[S1] a.md" in message and "[S3] c.md" in message
 
 
-def test_local_context_cuts_only_a_first_passage_that_alone_is_too_long(embedder):
-    turn = make_turn(embedder, backend="local", LOCAL_CONTEXT_TOKENS=40)
+def test_local_context_cuts_only_a_first_passage_that_alone_is_too_long(embedder, smollm2):
+    turn = local_turn(embedder, smollm2, 40)
     generate.sources_message(turn, context_docs())
     assert list(turn.read) == ["S1"] and BACKUP.startswith(turn.read["S1"]) and turn.read["S1"]
+    assert smollm2.count_tokens(turn.read["S1"]) <= 40
+    # One paragraph longer than the budget is cut by tokens, not characters.
+    one = " ".join(["Ducks eat aquatic plants, small fish, insects and worms."] * 30)
+    turn = local_turn(embedder, smollm2, 25)
+    generate.sources_message(
+        turn, [{"ref": "S1", "id": "a", "filename": "a.md", "text": one, "context": None}]
+    )
+    assert 20 <= smollm2.count_tokens(turn.read["S1"]) <= 25 and one.startswith(turn.read["S1"])
+
+
+def test_local_context_is_sized_to_the_models_context_window(embedder, smollm2):
+    # LOCAL_CONTEXT_TOKENS asks for more than a 1,024-token context holds beside the answer and instructions.
+    big = [
+        {"ref": f"S{i}", "id": str(i), "filename": f"{i}.md", "text": DUCKS, "context": None}
+        for i in range(40)
+    ]
+    turn = local_turn(embedder, smollm2, 5000)
+    generate.sources_message(turn, big)
+    read = sum(smollm2.count_tokens(t) + 8 for t in turn.read.values())
+    assert (
+        0 < len(turn.read) < 40
+        and read <= 1024 - turn.settings.local_max_tokens - generate.INSTRUCTIONS_TOKENS
+    )
 
 
 def test_ollama_reads_every_passage(embedder):

