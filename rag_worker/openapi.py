@@ -43,6 +43,8 @@ class Operation:
     params: tuple[dict, ...] = ()
     error: type[BaseModel] = ErrorBody
     open: bool = False  # no key needed
+    key_optional: bool = False  # the key is asked of some callers only (/metrics: not of loopback clients)
+    created: bool = False  # a 201 with the same body when it made the thing (a 200 when it was there)
     # What an error status means here, when "error" says too little ({415: "a name without an extension ..."}).
     meanings: dict[int, str] = field(default_factory=dict)
     # OpenAPI links of the 200: the operations that act on what this one made ({name: {operationId, ...}}).
@@ -125,6 +127,8 @@ def _operation(op: Operation, auth_required: bool) -> dict:
     if op.links:
         ok["links"] = op.links
     responses = {"200": ok}
+    if op.created:
+        responses["201"] = {**ok, "description": "made now"}
     codes = set(op.errors)
     if isinstance(op.body, type):  # a JSON body: anything but Content-Type application/json is a 415
         codes.add(415)
@@ -138,6 +142,8 @@ def _operation(op: Operation, auth_required: bool) -> dict:
     out["responses"] = responses
     if op.open or not auth_required:
         out["security"] = []
+    elif op.key_optional:
+        out["security"] = [{}, {"bearer": []}]
     return out
 
 

@@ -364,6 +364,7 @@ def index_uploads():
     answer=IndexCreated,
     params=(path_param("index"),),
     errors=(400, 409),
+    created=True,
 )
 def create_index(index: str):
     """201 when made now, 200 when it exists with the same embedder and language, 409 when with others."""

@@ -125,6 +125,7 @@ def metrics_allowed() -> bool:
     "Prometheus metrics (to loopback clients, or with the key; another caller gets 404 when no key is set)",
     answer=METRICS_CONTENT,
     errors=(404,),
+    key_optional=True,
 )
 def metrics():
     from flask import Response

@@ -50,6 +50,7 @@ def _turn(chunks, embedder) -> SimpleNamespace:
     """The parts of a Turn provenance uses, with the Turn's own per-turn embedding cache."""
     turn = SimpleNamespace(
         services=SimpleNamespace(store=chunks, embedder=embedder, reranker=None),
+        space=embedder,  # the turn's embedder (an index's own, or the worker's default)
         _vectors={},
         chunk_vectors={},
     )

@@ -664,13 +664,15 @@ def test_an_index_made_with_a_language_keeps_it_on_the_worker_and_bad_choices_ar
     import httpx
 
     worker, _ = stack
+    # The module's worker serves its SQLite and its Postgres gateway: this gateway's table is the new one.
+    lancedb = Path(worker.env["INDEX_STORE"]) / "lancedb"
+    tables_before = set(lancedb.glob("u*_canards_*.lance"))
     r = api.post("/api/indexes", json={"name": "Canards", "language": "fr"}, headers=user)
     assert r.status_code == 201, r.text
     made = r.json()
     assert made["language"] == "fr" and made["embedder"] == "default" and made["name"] == "Canards"
     # The worker's table exists now, in French: asking for it again in French is a no-op, in German a conflict.
-    lancedb = Path(worker.env["INDEX_STORE"]) / "lancedb"
-    [table] = [p.name.removesuffix(".lance") for p in lancedb.glob("u*_canards_*.lance")]
+    [table] = [p.name.removesuffix(".lance") for p in set(lancedb.glob("u*_canards_*.lance")) - tables_before]
     again = httpx.put(f"{worker.url}/indexes/{table}", json={"language": "fr"})
     assert again.status_code == 200 and again.json()["created"] is False
     assert httpx.put(f"{worker.url}/indexes/{table}", json={"language": "de"}).status_code == 409
