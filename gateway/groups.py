@@ -256,7 +256,13 @@ routes = [
         "/api/groups",
         create_group,
         Operation(
-            "A new group (administrators)", GroupCreate, GroupOut, status=201, errors=(403, 409), tag="teams"
+            "A new group (administrators)",
+            GroupCreate,
+            GroupOut,
+            status=201,
+            errors=(403, 409),
+            tag="teams",
+            links={"DeleteGroup": ("delete_api_groups_id", {"id": "$response.body#/id"})},
         ),
     ),
     ApiRoute(
@@ -298,6 +304,12 @@ routes = [
             GroupOut,
             errors=(403, 404),
             tag="teams",
+            links={
+                "RemoveMember": (
+                    "delete_api_groups_id_members_user_id",
+                    {"id": "$request.path.id", "user_id": "$response.body#/members/0/id"},
+                )
+            },
         ),
     ),
     ApiRoute(

@@ -230,6 +230,7 @@ routes = [
             status=201,
             errors=(409, 429),
             tag="keys",
+            links={"RevokeKey": ("delete_api_keys_id", {"id": "$response.body#/id"})},
         ),
     ),
     ApiRoute(

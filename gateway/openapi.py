@@ -88,6 +88,8 @@ def _operation(route: ApiRoute) -> dict:
             name: {"operationId": target, "parameters": params} for name, (target, params) in op.links.items()
         }
     responses: dict[str, Any] = {str(op.status): ok}
+    for code in op.same:
+        responses[str(code)] = {**ok, "description": "success (it was there already)"}
     for code in op.empty:
         responses[str(code)] = {"description": "nothing to send"}
     codes = set(op.errors)

@@ -28,6 +28,7 @@ class Operation:
     errors: tuple[int, ...] = ()
     public: bool = False  # no sign-in needed
     empty: tuple[int, ...] = ()  # other successes without a body (204)
+    same: tuple[int, ...] = ()  # other successes with the same body (a create that found it there: 200)
     tag: str = ""
     # OpenAPI links from the success: {name: (operationId, {parameter: runtime expression})}, so a client (and
     # schemathesis' stateful phase) knows which ids this answer hands on.

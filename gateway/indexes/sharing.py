@@ -309,8 +309,15 @@ routes = [
             GrantCreate,
             GrantOut,
             status=201,
+            same=(200,),
             errors=(400, 404, 409),
             tag="teams",
+            links={
+                "RemoveGrant": (
+                    "delete_api_indexes_id_grants_grant_id",
+                    {"id": "$request.path.id", "grant_id": "$response.body#/id"},
+                )
+            },
         ),
     ),
     ApiRoute(

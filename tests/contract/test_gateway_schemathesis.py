@@ -111,6 +111,10 @@ def test_schemathesis_finds_nothing_wrong_with_the_gateway(fuzzed_gateway):
     admin = sign_up(gateway.url, "fuzz-admin")  # the first account: the administrator
     fuzz_objects(gateway.url, admin)
     excluded = [arg for path in ENDS_SESSIONS for arg in ("--exclude-path", path)]
+    # Removing a group member needs a member that is there, which neither a link nor a fixed id hands the fuzzer
+    # more than once (a removal succeeds once): tests/integration/gateway/test_access_matrix.py tests that route
+    # for every principal, and its bad input, on both databases.
+    excluded += ["--exclude-operation-id", "delete_api_groups_id_members_user_id"]
     result = schemathesis(gateway.url + "/api/openapi.json", tmp, admin, *excluded)
     report = result.stdout[-12000:] + result.stderr[-2000:]
     assert result.returncode == 0, report
