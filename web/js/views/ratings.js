@@ -63,7 +63,7 @@ function ratingItem(item, indexNames) {
         role: "img",
         "aria-label": up ? "Rated good" : "Rated bad",
         title: up ? "Rated good" : "Rated bad",
-        text: up ? "👍" : "👎",
+        text: up ? "👍 Good" : "👎 Bad",
       }),
       item.reason ? h("span", { class: "rating-reason", text: REASONS[item.reason] || item.reason }) : null,
       h("span", { class: "muted small rating-who", text: item.user ? `by ${item.user}` : "" }),
@@ -84,7 +84,6 @@ function ratingItem(item, indexNames) {
               d.ref ? h("span", { class: "rating-ref", text: `[${d.ref}]` }) : null,
               h("span", { text: ` ${d.filename || "?"}` }),
               place(d) ? h("span", { class: "muted", text: ` — ${place(d)}` }) : null,
-              d.index ? h("span", { class: "muted small", text: ` (${d.index})` }) : null,
             ),
           ),
         )
