@@ -9,6 +9,7 @@ words with the question (tests/ollama_server.default_responder).
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 
@@ -23,6 +24,7 @@ MULTI_PAGE = SHARED / "fixtures" / "docling" / "sources" / "multi_page.pdf"
 ONE_PAGE = SHARED / "fixtures" / "py-pdf-sample-files" / "001-trivial" / "minimal-document.pdf"
 USER, PASSWORD = "viewer-reader", "correct horse battery"
 SCAN_SENTENCE = "The heron audits seventeen lanterns every winter morning."
+LEGAL_QUESTION = "Which word processors are tailored for legal professionals, like legal document processors?"
 WORD = re.compile(r"[A-Za-z0-9]+")
 
 
@@ -109,9 +111,7 @@ def test_a_citation_opens_its_original_at_the_passage(page: Page, console, tmp_p
     viewer = page.locator(".source-viewer")
 
     # 1. Page 3 of a text PDF: PDF.js renders the page, the passage's boxes marked, its text-layer spans inside.
-    turn = ask(
-        page, "Which word processors are tailored for legal professionals, like legal document processors?"
-    )
+    turn = ask(page, LEGAL_QUESTION)
     doc = cited(page, turn)
     assert doc["filename"] == "multi_page.pdf" and doc["page"] == 3, doc
     expect(turn.locator(f".doc-card[data-ref='{doc['ref']}'] .doc-place")).to_contain_text("p. 3")
@@ -211,14 +211,39 @@ def test_a_citation_opens_its_original_at_the_passage(page: Page, console, tmp_p
     not MULTI_PAGE.exists(), reason="needs ../shared (fixtures/docling/sources/multi_page.pdf)"
 )
 def test_an_answer_is_rated_and_the_chat_exported_from_the_web(page: Page, console):
-    """The same tab and chat as the story above: rate its first answer down with a reason, see it kept after a
-    reload and changed to up, then export the chat as Markdown with its citations resolved."""
+    """The same tab and chat as the story above: rate its first answer down with a reason, review it in Admin →
+    Ratings, see it kept after a reload and changed to up, then export the chat as Markdown with its citations
+    resolved."""
     first = page.locator(".message.assistant").first
     first.get_by_role("button", name="Bad answer").click()
     first.locator(".feedback-reason").select_option("bad_citation")
     first.locator(".feedback-comment").fill("cites the wrong paragraph")
     first.get_by_role("button", name="Send feedback").click()
     expect(first.locator(".feedback-status")).to_have_text("Thanks, your feedback is saved.")
+
+    # The first account is the administrator: Admin → Ratings lists the rating with its question, reason and
+    # comment, exports it as JSON lines, and a filter on "up" leaves it out.
+    chat_hash = page.evaluate("location.hash")
+    page.get_by_role("link", name="Admin", exact=True).click()
+    page.get_by_role("tab", name="Ratings").click()
+    item = page.locator(".rating-item")
+    expect(item).to_have_count(1)
+    expect(item).to_have_attribute("data-rating", "down")
+    expect(item.locator(".rating-question")).to_have_text(LEGAL_QUESTION)
+    expect(item.locator(".rating-reason")).to_have_text("Bad citation")
+    expect(item.locator(".rating-comment")).to_have_text("cites the wrong paragraph")
+    expect(item.locator(".rating-indexes")).to_have_text("sources")
+    expect(item.locator(".rating-docs")).to_contain_text("multi_page.pdf — p. 3")
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export JSON lines").click()
+    lines = Path(download.value.path()).read_text(encoding="utf-8").splitlines()
+    assert [(r["rating"], r["reason"], r["comment"]) for r in map(json.loads, lines)] == [
+        ("down", "bad_citation", "cites the wrong paragraph")
+    ]
+    page.locator("#ratings-rating").select_option("up")
+    expect(page.locator(".rating-empty")).to_have_text("No ratings match these filters.")
+    expect(item).to_have_count(0)
+    page.goto(f"/{chat_hash}")
     page.reload()
     first = page.locator(".message.assistant").first
     expect(first.get_by_role("button", name="Bad answer")).to_have_attribute("aria-pressed", "true")

@@ -89,6 +89,12 @@ function list(value, key) {
   return [];
 }
 
+/** "?a=1&b=2" from the filters that are set ("" when none is). */
+function queryString(filters) {
+  const query = new URLSearchParams(Object.entries(filters).filter(([, v]) => v !== undefined && v !== null && v !== ""));
+  return query.size ? `?${query}` : "";
+}
+
 export const api = {
   register: (username, password) => call("POST", "/api/auth/register", { username, password }),
   login: (username, password) => call("POST", "/api/auth/login", { username, password }),
@@ -204,6 +210,10 @@ export const api = {
     call("PUT", `/api/chats/${encodeURIComponent(chatId)}/messages/${encodeURIComponent(messageId)}/feedback`, fields),
   unrateMessage: (chatId, messageId) =>
     call("DELETE", `/api/chats/${encodeURIComponent(chatId)}/messages/${encodeURIComponent(messageId)}/feedback`),
+  /** One page of rated answers for review, newest first: `filters` {index_id, rating, since, until, limit, offset}. */
+  listFeedback: (filters = {}) => call("GET", `/api/feedback${queryString(filters)}`),
+  /** The review list as JSON lines with the same filters (a Response: the caller saves its blob). */
+  exportFeedback: (filters = {}) => send("GET", `/api/feedback/export${queryString(filters)}`),
   /** A chat as a file: format "markdown" or "json" (a Response: the caller saves its blob). */
   exportChat: (chatId, format) =>
     send("GET", `/api/chats/${encodeURIComponent(chatId)}/export?format=${encodeURIComponent(format)}`),

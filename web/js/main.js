@@ -10,6 +10,7 @@ import { ChatView } from "./views/chat.js";
 import "./views/admin_users.js"; // its "Users" tab in the Admin area
 import { DocumentsView } from "./views/documents.js";
 import { KeysView } from "./views/keys.js";
+import { RatingsView } from "./views/ratings.js"; // also its "Ratings" tab in the Admin area
 import { renderLogin } from "./views/login.js";
 import { SettingsView } from "./views/settings.js";
 import "./views/turnstats.js"; // its "Statistics" tab in the Admin area
@@ -49,6 +50,7 @@ function route() {
   else if (name === "settings") currentView = new SettingsView(shell);
   else if (name === "keys") currentView = new KeysView(shell);
   else if (name === "admin") currentView = new AdminView(shell, id);
+  else if (name === "ratings") currentView = new RatingsView(shell, id);
   else currentView = new ChatView(shell, id);
   shell.chatList.setActive(name === "chats" ? id : null);
   shell.setActiveNav(name);

@@ -230,6 +230,13 @@ export class DocumentsView {
               h("span", { text: "Share" }),
             )
           : null,
+        this.can("share")
+          ? h(
+              "a",
+              { class: "button ghost index-ratings", href: `#/ratings/${encodeURIComponent(index.id)}` },
+              h("span", { text: "Ratings" }),
+            )
+          : null,
         (this.rebuildButton = h(
           "button",
           { class: "button ghost", type: "button", hidden: !this.can("edit"), onclick: () => this.followBuild(true) },
