@@ -187,6 +187,7 @@ routes = [
             answer=METRICS_CONTENT,
             errors=(404,),
             tag="operations",
+            sign_in_optional=True,
         ),
     ),
 ]

@@ -107,6 +107,8 @@ def _operation(route: ApiRoute) -> dict:
     out["responses"] = responses
     if op.public:
         out["security"] = []
+    elif op.sign_in_optional:
+        out["security"] = [{}, {"bearer": []}, {"session": []}]
     return out
 
 

@@ -27,6 +27,7 @@ class Operation:
     also: dict | None = None  # another content type for the success (a stream)
     errors: tuple[int, ...] = ()
     public: bool = False  # no sign-in needed
+    sign_in_optional: bool = False  # asked of some callers only (/metrics: not of loopback clients)
     empty: tuple[int, ...] = ()  # other successes without a body (204)
     same: tuple[int, ...] = ()  # other successes with the same body (a create that found it there: 200)
     tag: str = ""

@@ -115,6 +115,11 @@ def test_schemathesis_finds_nothing_wrong_with_the_gateway(fuzzed_gateway):
     # more than once (a removal succeeds once): tests/integration/gateway/test_access_matrix.py tests that route
     # for every principal, and its bad input, on both databases.
     excluded += ["--exclude-operation-id", "delete_api_groups_id_members_user_id"]
+    # A rating and a source need an answered message of the fuzzer's own, which the fixture does not make yet:
+    # tests/integration/gateway/test_gateway_flow.py tests these routes (and their bad input and isolation).
+    for op in ("put", "delete"):
+        excluded += ["--exclude-operation-id", f"{op}_api_chats_id_messages_message_id_feedback"]
+    excluded += ["--exclude-operation-id", "get_api_chats_id_messages_message_id_sources_ref"]
     result = schemathesis(gateway.url + "/api/openapi.json", tmp, admin, *excluded)
     report = result.stdout[-12000:] + result.stderr[-2000:]
     assert result.returncode == 0, report
