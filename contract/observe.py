@@ -137,3 +137,43 @@ def is_loopback_client(address: str | None, forwarded: bool) -> bool:
         return ipaddress.ip_address((address or "").split("%", 1)[0]).is_loopback
     except ValueError:
         return False
+
+
+# -- traces: the OpenTelemetry SDK, loaded only when an OTLP endpoint is configured ------------------------------
+
+
+def tracing_configured() -> bool:
+    """An OTLP endpoint is named (OTEL_EXPORTER_OTLP_ENDPOINT or its traces-only form) and the SDK not disabled."""
+    return (
+        bool(
+            os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        )
+        and os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
+    )
+
+
+def start_tracer_provider(service: str):
+    """Install the SDK's tracer provider exporting over OTLP/HTTP in batches (call once per process) and return
+    the service's tracer; the resource's service.name is OTEL_SERVICE_NAME or `service`."""
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    name = os.environ.get("OTEL_SERVICE_NAME") or service
+    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return trace.get_tracer(service)
+
+
+def shutdown_tracer_provider() -> None:
+    """Flush the spans still queued (a process about to exit); never raises."""
+    import contextlib
+
+    from opentelemetry import trace
+
+    with contextlib.suppress(Exception):
+        trace.get_tracer_provider().shutdown()  # type: ignore[attr-defined]

@@ -13,104 +13,68 @@ of an unknown route.
 from __future__ import annotations
 
 import hmac
-import os
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import Counter, Gauge, Histogram
 from starlette.requests import Request
 from starlette.responses import Response
 
+from contract.metrics import ENABLED, HTTP_BUCKETS, LATENCY_BUCKETS, metric, render
 from contract.observe import is_loopback_client
 
 from .errors import NotFound
 from .routing import ApiRoute, Operation
 
-LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0, 120.0, 300.0)
-HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-# METRICS=off: nothing is recorded (every metric is one shared no-op) and /metrics answers 404.
-ENABLED = os.environ.get("METRICS", "on").strip().lower() not in ("off", "false", "0", "no")
-
-
-class _Off:
-    """A metric that records nothing (METRICS=off): the hooks stay in place and cost one call."""
-
-    def labels(self, *args, **kwargs) -> _Off:
-        return self
-
-    def inc(self, *args, **kwargs) -> None:
-        pass
-
-    dec = set = observe = inc
-
-
-OFF = _Off()
-
-
-def _metric(cls, *args, **kwargs):
-    return cls(*args, **kwargs) if ENABLED else OFF
-
-
 DB_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
-HTTP_REQUESTS = _metric(
+HTTP_REQUESTS = metric(
     Counter,
     "gateway_http_requests_total",
     "HTTP requests answered, by route template (never the raw path) and status",
     ["method", "route", "status"],
 )
-HTTP_DURATION = _metric(
+HTTP_DURATION = metric(
     Histogram,
     "gateway_http_request_duration_seconds",
     "From a request's arrival to the end of its answer (a stream's last byte)",
     ["method", "route"],
     buckets=HTTP_BUCKETS,
 )
-TURNS = _metric(
+TURNS = metric(
     Counter,
     "gateway_turns_total",
     "Turns by the route the gate chose (rag, direct, sql, auto) and how they ended: answered, abstained, "
     "stopped, failed, refused (the worker's queue was full: 503), interrupted (the stream ended early)",
     ["route", "outcome"],
 )
-FIRST_TOKEN = _metric(
+FIRST_TOKEN = metric(
     Histogram,
     "gateway_turn_first_token_seconds",
     "From the turn's start on the gateway to the first answer token relayed",
     ["route"],
     buckets=LATENCY_BUCKETS,
 )
-TURN_DURATION = _metric(
+TURN_DURATION = metric(
     Histogram,
     "gateway_turn_duration_seconds",
     "From the turn's start on the gateway to its outcome stored",
     ["route"],
     buckets=LATENCY_BUCKETS,
 )
-TURNS_RUNNING = _metric(
-    Gauge, "gateway_turns_running", "Turns being relayed now", multiprocess_mode="livesum"
-)
-TOKENS = _metric(Counter, "gateway_tokens_streamed_total", "Answer tokens relayed from the worker", ["route"])
-DB_SESSION = _metric(
+TURNS_RUNNING = metric(Gauge, "gateway_turns_running", "Turns being relayed now", multiprocess_mode="livesum")
+TOKENS = metric(Counter, "gateway_tokens_streamed_total", "Answer tokens relayed from the worker", ["route"])
+DB_SESSION = metric(
     Histogram,
     "gateway_db_session_seconds",
     "Time a database session was held (open to close)",
     buckets=DB_BUCKETS,
 )
-BUILDS = _metric(
+BUILDS = metric(
     Counter,
     "gateway_index_builds_total",
     "Index (re)builds by how they ended (done, failed, stopped)",
     ["outcome"],
 )
-BUILDS_RUNNING = _metric(
+BUILDS_RUNNING = metric(
     Gauge, "gateway_index_builds_running", "Index builds this gateway runs now", multiprocess_mode="livesum"
 )
 
@@ -136,16 +100,6 @@ def observe_turn(route: str, outcome: str, seconds: float, first_token_s: float 
         FIRST_TOKEN.labels(route).observe(first_token_s)
     if tokens:
         TOKENS.labels(route).inc(tokens)
-
-
-def render() -> tuple[bytes, str]:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
 def sends_worker_key(request: Request) -> bool:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract import observe
+from contract.observe import shutdown_tracer_provider, start_tracer_provider, tracing_configured
 
 from . import metrics
 
@@ -28,43 +28,20 @@ _NOOP = contextlib.nullcontext()
 QUIET = {"/health", "/metrics", "/api/health"}
 
 
-def tracing_configured() -> bool:
-    return (
-        bool(
-            os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        )
-        and os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
-    )
-
-
 def setup_tracing() -> bool:
     """The SDK's tracer provider with the OTLP/HTTP exporter, once per process; False when not configured."""
     global _tracer
     if not tracing_configured():
         return False
     if _tracer is None:
-        from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        name = os.environ.get("OTEL_SERVICE_NAME") or SERVICE
-        provider = TracerProvider(resource=Resource.create({"service.name": name}))
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        trace.set_tracer_provider(provider)
-        _tracer = trace.get_tracer("gateway")
+        _tracer = start_tracer_provider(SERVICE)
     return True
 
 
 def shutdown_tracing() -> None:
-    if _tracer is None:
-        return
-    from opentelemetry import trace
-
-    with contextlib.suppress(Exception):
-        trace.get_tracer_provider().shutdown()  # type: ignore[attr-defined]
+    """Flush the spans still queued (a process about to exit)."""
+    if _tracer is not None:
+        shutdown_tracer_provider()
 
 
 def tracing_middleware() -> list:

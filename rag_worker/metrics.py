@@ -14,84 +14,49 @@ gauges (deploy/gunicorn.conf.py), and whichever process answers a scrape sums ev
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import Counter, Gauge, Histogram
 
-from .metrics_dir import MULTIPROC_ENV
+from contract.metrics import HTTP_BUCKETS, LATENCY_BUCKETS, metric
 
-# Seconds: a turn's first token and whole answer take from a few hundred milliseconds to minutes on a CPU.
-LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 STAGE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
-# METRICS=off: nothing is recorded (every metric is one shared no-op) and /metrics answers 404.
-ENABLED = os.environ.get("METRICS", "on").strip().lower() not in ("off", "false", "0", "no")
-
-
-class _Off:
-    """A metric that records nothing (METRICS=off): the hooks stay in place and cost one call."""
-
-    def labels(self, *args, **kwargs) -> _Off:
-        return self
-
-    def inc(self, *args, **kwargs) -> None:
-        pass
-
-    dec = set = observe = inc
-
-
-OFF = _Off()
-
-
-def _metric(cls, *args, **kwargs):
-    return cls(*args, **kwargs) if ENABLED else OFF
-
-
-HTTP_REQUESTS = _metric(
+HTTP_REQUESTS = metric(
     Counter,
     "rag_worker_http_requests_total",
     "HTTP requests answered, by route template (never the raw path) and status",
     ["method", "route", "status"],
 )
-HTTP_DURATION = _metric(
+HTTP_DURATION = metric(
     Histogram,
     "rag_worker_http_request_duration_seconds",
     "Time from a request's arrival to the end of its answer (a stream's last byte)",
     ["method", "route"],
     buckets=HTTP_BUCKETS,
 )
-TURNS = _metric(
+TURNS = metric(
     Counter,
     "rag_worker_turns_total",
     "Chat turns by the route they took (rag, sql, direct; auto before triage) and how they ended: answered, "
     "abstained, stopped (the client left), failed, refused (503, the queue was full)",
     ["route", "outcome"],
 )
-FIRST_TOKEN = _metric(
+FIRST_TOKEN = metric(
     Histogram,
     "rag_worker_turn_first_token_seconds",
     "From a turn's start to its first answer token",
     ["route"],
     buckets=LATENCY_BUCKETS,
 )
-TURN_DURATION = _metric(
+TURN_DURATION = metric(
     Histogram,
     "rag_worker_turn_duration_seconds",
     "From a turn's start to its done event",
     ["route"],
     buckets=LATENCY_BUCKETS,
 )
-STAGE_DURATION = _metric(
+STAGE_DURATION = metric(
     Histogram,
     "rag_worker_stage_duration_seconds",
     "Time a pipeline stage took in one turn (the `<stage>_ms` of the done event's timings): rewrite, triage, "
@@ -100,60 +65,60 @@ STAGE_DURATION = _metric(
     ["stage"],
     buckets=STAGE_BUCKETS,
 )
-QUEUE_WAIT = _metric(
+QUEUE_WAIT = metric(
     Histogram,
     "rag_worker_queue_wait_seconds",
     "Time a turn waited for a slot of the CPU queue (each pass: retrieval, grounding, provenance)",
     buckets=STAGE_BUCKETS,
 )
-QUEUE_WAITING = _metric(
+QUEUE_WAITING = metric(
     Gauge,
     "rag_worker_queue_waiting",
     "Turns waiting for a slot of the CPU queue",
     multiprocess_mode="livesum",
 )
-QUEUE_BUSY = _metric(
+QUEUE_BUSY = metric(
     Gauge, "rag_worker_queue_busy", "Slots of the CPU queue held by a turn now", multiprocess_mode="livesum"
 )
-QUEUE_SLOTS = _metric(
+QUEUE_SLOTS = metric(
     Gauge,
     "rag_worker_queue_slots",
     "Slots of the CPU queue of one process (RAG_CONCURRENCY, or its CPUs)",
     multiprocess_mode="livemax",
 )
-TOKENS = _metric(Counter, "rag_worker_tokens_streamed_total", "Answer tokens streamed to clients", ["route"])
-LLM_CALLS = _metric(
+TOKENS = metric(Counter, "rag_worker_tokens_streamed_total", "Answer tokens streamed to clients", ["route"])
+LLM_CALLS = metric(
     Counter,
     "rag_worker_llm_calls_total",
     "Calls to a language model, by backend (ollama, openai, local) and kind (chat: a short utility call; "
     "stream: an answer)",
     ["backend", "kind"],
 )
-LLM_ERRORS = _metric(
+LLM_ERRORS = metric(
     Counter, "rag_worker_llm_errors_total", "Calls to a language model that failed", ["backend", "kind"]
 )
-LLM_DURATION = _metric(
+LLM_DURATION = metric(
     Histogram,
     "rag_worker_llm_call_seconds",
     "A language-model call, from the request to its last token",
     ["backend", "kind"],
     buckets=LATENCY_BUCKETS,
 )
-GROUNDING = _metric(
+GROUNDING = metric(
     Counter,
     "rag_worker_grounding_outcomes_total",
     "What the grounding check did with a draft (its `action`: kept, flagged, removed, refused, ...)",
     ["action"],
 )
-INGEST_FILES = _metric(
+INGEST_FILES = metric(
     Counter,
     "rag_worker_ingest_files_total",
     "Files ingested, by format and outcome (indexed, unchanged, failed)",
     ["format", "outcome"],
 )
-INGEST_CHUNKS = _metric(Counter, "rag_worker_ingest_chunks_total", "Chunks written to an index", ["format"])
-INGEST_BYTES = _metric(Counter, "rag_worker_ingest_bytes_total", "Bytes of the files indexed", ["format"])
-INGEST_FAILURES = _metric(
+INGEST_CHUNKS = metric(Counter, "rag_worker_ingest_chunks_total", "Chunks written to an index", ["format"])
+INGEST_BYTES = metric(Counter, "rag_worker_ingest_bytes_total", "Bytes of the files indexed", ["format"])
+INGEST_FAILURES = metric(
     Counter,
     "rag_worker_ingest_failures_total",
     "Files that could not be ingested, by format and error code",
@@ -191,21 +156,6 @@ def ingest_format(filename: str | None) -> str:
     from .ingest.formats import EXTENSIONS
 
     return EXTENSIONS.get(Path(filename or "").suffix.lower(), "unsupported")
-
-
-def is_multiprocess() -> bool:
-    return bool(os.environ.get(MULTIPROC_ENV))
-
-
-def render() -> tuple[bytes, str]:
-    """The text exposition of every metric (summed over the processes in multi-process mode)."""
-    if is_multiprocess():
-        from prometheus_client import multiprocess
-
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
 def ingested(kind: str, chunks: int, path: Path) -> None:

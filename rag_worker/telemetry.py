@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from contract import observe
+from contract.observe import shutdown_tracer_provider, start_tracer_provider, tracing_configured
 
 from . import metrics
 
@@ -27,16 +27,6 @@ _NOOP = contextlib.nullcontext()
 _tracer = None  # set by setup_tracing when an endpoint is configured
 
 
-def tracing_configured() -> bool:
-    return (
-        bool(
-            os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        )
-        and os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
-    )
-
-
 def setup_tracing(app=None) -> bool:
     """Install the SDK's tracer provider with the OTLP/HTTP exporter (once per process) and instrument `app`
     (Flask). Without an endpoint nothing is loaded and False is returned."""
@@ -44,17 +34,7 @@ def setup_tracing(app=None) -> bool:
     if not tracing_configured():
         return False
     if _tracer is None:
-        from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        name = os.environ.get("OTEL_SERVICE_NAME") or SERVICE
-        provider = TracerProvider(resource=Resource.create({"service.name": name}))
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        trace.set_tracer_provider(provider)
-        _tracer = trace.get_tracer("rag_worker")
+        _tracer = start_tracer_provider(SERVICE)
     if app is not None:
         from opentelemetry.instrumentation.flask import FlaskInstrumentor
 
@@ -65,13 +45,8 @@ def setup_tracing(app=None) -> bool:
 
 def shutdown_tracing() -> None:
     """Flush the spans still queued (a process about to exit)."""
-    if _tracer is None:
-        return
-    from opentelemetry import trace
-
-    provider = trace.get_tracer_provider()
-    with contextlib.suppress(Exception):
-        provider.shutdown()  # type: ignore[attr-defined]
+    if _tracer is not None:
+        shutdown_tracer_provider()
 
 
 def stage_span(stage: str):

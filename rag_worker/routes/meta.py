@@ -130,8 +130,9 @@ def metrics_allowed() -> bool:
 def metrics():
     from flask import Response
 
+    from contract.metrics import ENABLED, render
+
     from ..errors import NotFound
-    from ..metrics import ENABLED, render
 
     if not ENABLED or not metrics_allowed():  # METRICS=off: as if there were no such route
         raise NotFound("no such route: /metrics", code="not_found")

@@ -82,7 +82,7 @@ def test_a_stored_turns_outcome_label() -> None:
 def test_metrics_off_records_nothing_and_costs_no_registry() -> None:
     script = (
         "from rag_worker import metrics as w; from gateway import metrics as g\n"
-        "assert not w.ENABLED and not g.ENABLED\n"
+        "from contract.metrics import ENABLED; assert not ENABLED\n"
         "w.observe_turn('rag', 'answered', {'retrieve_ms': 3, 'total_ms': 9}, 2, {'action': 'none'})\n"
         "g.observe_turn('rag', 'answered', 1.0, 0.5, 3); w.QUEUE_WAITING.set(4)\n"
         "from prometheus_client import REGISTRY\n"
