@@ -121,8 +121,9 @@ class Running:
 
 def read_running(c: Context, user_id: int, chat_id: int, message_id: int | None = None) -> Running:
     """The chat's running turn (or, given `message_id`, that turn however it ended). A turn left by a dead
-    replica is recovered here first. 404 for a chat that is not the user's."""
-    with c.db.session() as s:
+    replica is recovered here first (in a transaction of its own: this one only reads). 404 for a chat that is
+    not the user's."""
+    with c.db.read() as s:
         chat = owned_chat(s, user_id, chat_id)
         if chat.turn_started_at is not None and lifecycle.is_stale(chat, c.settings.turn_lock_stale_s):
             s.rollback()
