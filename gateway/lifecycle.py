@@ -163,6 +163,19 @@ def save_progress(
     return True, row[0] is not None
 
 
+def check_turn(db: Database, chat_id: int, message_id: int) -> tuple[bool, bool]:
+    """`save_progress` with nothing to save and the heartbeat still fresh: the same answer (still owned, stop
+    requested) from one read, without the write lock."""
+    chats = Chat.__table__
+    with db.read_engine.connect() as conn:
+        row = conn.execute(
+            select(chats.c.turn_message_id, chats.c.turn_stop_at).where(chats.c.id == chat_id)
+        ).first()
+    if row is None or row[0] != message_id:
+        return False, False
+    return True, row[1] is not None
+
+
 def request_stop(db: Database, chat_id: int) -> int | None:
     """Record a stop for the chat's running turn; returns its message id, or None when none runs."""
     with db.session() as s:
