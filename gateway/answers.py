@@ -46,7 +46,9 @@ def stored_values(data: dict, answer: Answer, steps: list[dict]) -> dict[str, An
 
 def carries_documents(answer: dict) -> bool:
     """A direct turn (small talk) fetched nothing: the documents in hand stay for the next follow-up."""
-    return answer["route"] != "direct" or bool(answer.get("fetched_new_documents")) or bool(answer["documents"])
+    return (
+        answer["route"] != "direct" or bool(answer.get("fetched_new_documents")) or bool(answer["documents"])
+    )
 
 
 def done_event(msg: Message) -> dict | None:

@@ -143,7 +143,9 @@ def start(conn: Connection, c: Context, plan: TurnPlan, seen: datetime | None) -
     plan.user_message_id = insert_message(conn, plan, "user", plan.message, now)
     plan.message_id = insert_message(conn, plan, "assistant", "", now)
     conn.execute(
-        chats.update().where(chats.c.id == plan.chat_id).values(turn_message_id=plan.message_id, updated_at=now)
+        chats.update()
+        .where(chats.c.id == plan.chat_id)
+        .values(turn_message_id=plan.message_id, updated_at=now)
     )
     return True
 

@@ -48,7 +48,13 @@ async def keep_turn(c: Context, handle: TurnHandle) -> None:
                 owned, stop = await in_thread(lifecycle.check_turn, c.db, plan.chat_id, plan.message_id)
             else:
                 owned, stop = await in_thread(
-                    lifecycle.save_progress, c.db, plan.chat_id, plan.message_id, content, step_list, documents
+                    lifecycle.save_progress,
+                    c.db,
+                    plan.chat_id,
+                    plan.message_id,
+                    content,
+                    step_list,
+                    documents,
                 )
                 beaten = time.monotonic()
         except Exception:
