@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from contract.answer import Answer, Citation, Document, Grounding
 
 if TYPE_CHECKING:
-    from .db import Chat, Message
+    from .db import Message
 
 log = logging.getLogger("gateway.answers")
 
@@ -30,26 +30,25 @@ def stored_json(answer: Answer) -> dict:
     return answer.model_dump(mode="json", exclude_unset=True)
 
 
-def store(assistant: Message, answer: Answer, steps: list[dict]) -> dict:
-    """Write a finished answer onto its assistant message; returns the stored JSON."""
-    data = stored_json(answer)
-    assistant.answer = data
-    assistant.content = answer.reply
-    assistant.documents = data["documents"]
-    assistant.route = answer.route
-    assistant.steps = steps
-    assistant.status = "complete"
-    assistant.error = None
-    assistant.details = {}
-    return data
+def stored_values(data: dict, answer: Answer, steps: list[dict]) -> dict[str, Any]:
+    """`store`'s columns as values for one UPDATE of the assistant message (`data`: `stored_json(answer)`)."""
+    return {
+        "answer": data,
+        "content": answer.reply,
+        "documents": data["documents"],
+        "route": answer.route,
+        "steps": steps,
+        "status": "complete",
+        "error": None,
+        "details": {},
+    }
 
 
-def carry_state(chat: Chat, answer: dict) -> None:
-    """What a finished answer leaves for the chat's next turn: the history, and the documents in hand."""
-    chat.history = answer["history"]
-    # A direct turn (small talk) fetched nothing: the documents in hand stay for the next follow-up.
-    if answer["route"] != "direct" or answer.get("fetched_new_documents") or answer["documents"]:
-        chat.documents = answer["documents"]
+def carries_documents(answer: dict) -> bool:
+    """A direct turn (small talk) fetched nothing: the documents in hand stay for the next follow-up."""
+    return (
+        answer["route"] != "direct" or bool(answer.get("fetched_new_documents")) or bool(answer["documents"])
+    )
 
 
 def done_event(msg: Message) -> dict | None:

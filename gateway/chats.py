@@ -123,7 +123,7 @@ async def list_chats(request: Request) -> JSONResponse:
     user, c = await current_user(request), ctx(request)
 
     def load() -> list[dict]:
-        with c.db.session() as s:
+        with c.db.read() as s:
             chats = s.exec(
                 select(Chat)
                 .where(Chat.owner_id == user.id)
@@ -170,7 +170,7 @@ async def get_chat(request: Request) -> JSONResponse:
     user, c, chat_id = await current_user(request), ctx(request), path_id(request)
 
     def load() -> dict:
-        with c.db.session() as s:
+        with c.db.read() as s:
             chat = owned_chat(s, user.id, chat_id)
             if lifecycle.is_stale(chat, c.settings.turn_lock_stale_s):
                 # Its turn was left by a gateway that died: show it interrupted, and the chat free.

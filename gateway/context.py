@@ -77,7 +77,7 @@ async def current_user(request: Request) -> User:
         check_cookie_request(request, c.settings)
 
     def load() -> User | None:
-        with c.db.session() as s:
+        with c.db.read() as s:
             return s.get(User, claims.user_id)
 
     user = await in_thread(load)

@@ -394,6 +394,9 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
+READ_ONLY = "gateway_read_only"  # the execution option of Database.read's sessions
+
+
 def make_engine(url: str) -> Engine:
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
@@ -417,7 +420,9 @@ def make_engine(url: str) -> Engine:
     def _on_begin(conn) -> None:
         # IMMEDIATE takes the write lock up front: a read-then-write transaction can otherwise fail with
         # "database is locked" at once instead of waiting its turn (SQLite does not upgrade under contention).
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read-only session (Database.read) begins deferred: in WAL mode it reads its snapshot beside the
+        # writer and never waits for the write lock (nor holds it while other requests wait).
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -446,15 +451,41 @@ class TimedSession(Session):
             DB_SESSION.observe(time.monotonic() - self._opened)
 
 
+@contextlib.contextmanager
+def timed(begin: Any):
+    """A Core transaction (`engine.begin()`) timed into gateway_db_session_seconds as sessions are."""
+    opened = time.monotonic()
+    try:
+        with begin as conn:
+            yield conn
+    finally:
+        from .metrics import DB_SESSION
+
+        DB_SESSION.observe(time.monotonic() - opened)
+
+
 class Database:
     """The engine plus a session factory; `migrate()` brings the schema to SCHEMA_VERSION."""
 
     def __init__(self, url: str):
         self.url = url
         self.engine = make_engine(url)
+        # The same pool; on SQLite its transactions begin deferred (make_engine). Postgres is unchanged.
+        self.read_engine = self.engine.execution_options(**{READ_ONLY: True})
 
     def session(self) -> Session:
+        """A session that may write: on SQLite it holds the write lock from its first statement."""
         return TimedSession(self.engine, expire_on_commit=False)
+
+    def read(self) -> Session:
+        """A session that only reads: on SQLite it takes no write lock, so it never queues behind a writer.
+        A write in it could fail at once with "database is locked" under contention: never write in one."""
+        return TimedSession(self.read_engine, expire_on_commit=False)
+
+    def write(self) -> Any:
+        """A Core connection in one write transaction (commits at the end of `with`): the hot path's few
+        statements without the ORM's unit of work."""
+        return timed(self.engine.begin())
 
     def migrate(self) -> int:
         SchemaMigration.__table__.create(self.engine, checkfirst=True)

@@ -18,6 +18,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import Connection
 from sqlmodel import Session, col, select, update
 
 from .context import in_thread
@@ -53,9 +54,9 @@ def stale_condition(stale_s: float):
     )
 
 
-def interrupt_running(s: Session, chat_id: int, reason: str = CRASHED) -> int:
+def interrupt_running(s: Session | Connection, chat_id: int, reason: str = CRASHED) -> int:
     """Mark the chat's `running` messages interrupted, keeping their partial text. Returns how many."""
-    result = s.exec(
+    result = s.execute(
         update(Message)
         .where(col(Message.chat_id) == chat_id, col(Message.status) == "running")
         .values(status="interrupted", error=reason)
@@ -134,31 +135,45 @@ def save_progress(
     The chat row is written before the message, the order in which the turn's final save (`turns/stored.py`: `save_complete`,
     `save_failed`: SQLAlchemy flushes the chats table first) takes them: one still running when the other
     starts waits for it, where the opposite order deadlocked on Postgres and lost one of the two writes."""
-    with db.session() as s:
-        beat = s.exec(
-            update(Chat)
-            .where(col(Chat.id) == chat_id, col(Chat.turn_message_id) == message_id)
+    chats, messages = Chat.__table__, Message.__table__
+    with db.write() as conn:
+        # One statement for the heartbeat, the ownership check and the stop request (RETURNING: SQLite 3.35+,
+        # Postgres), one for what changed in the answer, none when nothing did.
+        row = conn.execute(
+            chats.update()
+            .where(chats.c.id == chat_id, chats.c.turn_message_id == message_id)
             .values(turn_heartbeat_at=utcnow())
-        )
-        owned = (beat.rowcount or 0) == 1
-        stop_at = None
-        if owned:
-            stop_at = s.exec(select(Chat.turn_stop_at).where(col(Chat.id) == chat_id)).first()
-            values: dict = {}
-            if content is not None:
-                values["content"] = content
-            if steps is not None:
-                values["steps"] = steps
-            if documents is not None:
-                values["documents"] = documents
-            if values:
-                s.exec(
-                    update(Message)
-                    .where(col(Message.id) == message_id, col(Message.status) == "running")
-                    .values(**values)
-                )
-        s.commit()
-    return owned, stop_at is not None
+            .returning(chats.c.turn_stop_at)
+        ).first()
+        if row is None:
+            return False, False
+        values: dict = {}
+        if content is not None:
+            values["content"] = content
+        if steps is not None:
+            values["steps"] = steps
+        if documents is not None:
+            values["documents"] = documents
+        if values:
+            conn.execute(
+                messages.update()
+                .where(messages.c.id == message_id, messages.c.status == "running")
+                .values(**values)
+            )
+    return True, row[0] is not None
+
+
+def check_turn(db: Database, chat_id: int, message_id: int) -> tuple[bool, bool]:
+    """`save_progress` with nothing to save and the heartbeat still fresh: the same answer (still owned, stop
+    requested) from one read, without the write lock."""
+    chats = Chat.__table__
+    with db.read_engine.connect() as conn:
+        row = conn.execute(
+            select(chats.c.turn_message_id, chats.c.turn_stop_at).where(chats.c.id == chat_id)
+        ).first()
+    if row is None or row[0] != message_id:
+        return False, False
+    return True, row[1] is not None
 
 
 def request_stop(db: Database, chat_id: int) -> int | None:

@@ -81,7 +81,7 @@ async def allowed_turn(c: Context, user: User, body: TurnRequest) -> TurnRequest
         return body
 
     def load() -> tuple[Policy, dict]:
-        with c.db.session() as s:
+        with c.db.read() as s:
             return load_policy(s), default_options(s)
 
     policy, defaults = await in_thread(load)

@@ -43,14 +43,25 @@ async def drain(out: asyncio.Queue, keepalive_s: float, first: list[str] | None 
     for item in first or []:
         yield item
     while True:
-        try:
-            item = await asyncio.wait_for(out.get(), timeout=keepalive_s)
-        except TimeoutError:
-            yield KEEPALIVE
-            continue
+        if out.empty():  # only an empty queue needs the timer (wait_for is a task and a timer per call)
+            try:
+                item = await asyncio.wait_for(out.get(), timeout=keepalive_s)
+            except TimeoutError:
+                yield KEEPALIVE
+                continue
+        else:
+            item = out.get_nowait()
         if item is None:
             return
-        yield item
+        # Whatever else is queued already goes out with it: one body chunk (one socket write) per wake-up.
+        batch = [item]
+        while not out.empty():
+            item = out.get_nowait()
+            if item is None:
+                yield "".join(batch)
+                return
+            batch.append(item)
+        yield "".join(batch) if len(batch) > 1 else batch[0]
 
 
 def event_response(body: AsyncIterator[str]) -> StreamingResponse:

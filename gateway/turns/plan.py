@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Connection, true
 from sqlmodel import Session, col, select, update
 
 from .. import lifecycle
@@ -65,38 +66,112 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
             code="too_long",
             field="message",
         )
+    # The reads in a read-only transaction (no write lock held while the gate runs and the request is built),
+    # then the writes in one short one, on the condition that the chat is as it was read: free, and not
+    # changed since (`updated_at`, which every turn's start and end and every edit of the chat move on).
+    with c.db.read() as s:
+        chat = owned_chat(s, user.id, chat_id)
+        plan = read_plan(s, c, user, chat, body)
+    if chat.turn_started_at is None:
+        with c.db.write() as conn:
+            if start(conn, c, plan, chat.updated_at):
+                return plan
+            conn.rollback()
+    # Busy, or changed since it was read: read it again under the write lock, as the only turn that may start.
     with c.db.session() as s:
         chat = owned_chat(s, user.id, chat_id)
-        # Access is checked at every turn: an index the user can no longer read is neither searched nor are
-        # its passages carried (sendable_documents keeps only documents of the indexes searched). An index
-        # with no documents (none uploaded yet, or a first build that failed) may have no worker table: there
-        # is nothing to search in it.
-        indexes = [i for i in readable_subset(s, user, linked_indexes(s, chat.id)) if i.document_count > 0]
-        if body.force_rag and not indexes:
-            # Well-formed, but this chat has no index to search: a conflict with its state (link one first).
-            raise Conflict("force_rag needs an index linked to this chat", code="no_index", field="force_rag")
-        route, reason = should_use_rag(body.message, force_rag=body.force_rag, has_indexes=bool(indexes))
-        datasets = body.datasets if body.datasets is not None else list(chat.datasets)
-        payload = worker_payload(s, c, chat, indexes, body, route, datasets, carried_history(s, user, chat))
-        now = utcnow()
-        take_lock(s, c, chat.id, now)
-        # A turn whose owner died without a trace of it in the lock (taken over just now) is interrupted.
-        lifecycle.interrupt_running(s, chat.id)
-        gate = {"layer": 1, "route": route, "reason": reason}
-        user_msg, answer = store_messages(s, chat.id, body.message, route, gate, now)
-        return TurnPlan(
-            chat_id=chat.id,
-            message=body.message,
-            route=route,
-            reason=reason,
-            datasets=datasets,
-            datasets_changed=body.datasets is not None,
-            needs_title=chat.title is None,
-            payload=payload,
-            message_id=answer.id,
-            user_message_id=user_msg.id,
-            gate=gate,
+        plan = read_plan(s, c, user, chat, body)
+        if not start(s.connection(), c, plan, None):
+            s.rollback()
+            raise Conflict(
+                "a reply is still being written in this chat: wait for it to finish, or stop it",
+                code="turn_in_progress",
+            )
+        s.commit()
+    return plan
+
+
+def read_plan(s: Session, c: Context, user: User, chat: Chat, body: TurnRequest) -> TurnPlan:
+    """The gate and the worker's request, from what the chat holds now (reads only)."""
+    # Access is checked at every turn: an index the user can no longer read is neither searched nor are
+    # its passages carried (sendable_documents keeps only documents of the indexes searched). An index
+    # with no documents (none uploaded yet, or a first build that failed) may have no worker table: there
+    # is nothing to search in it.
+    indexes = [i for i in readable_subset(s, user, linked_indexes(s, chat.id)) if i.document_count > 0]
+    if body.force_rag and not indexes:
+        # Well-formed, but this chat has no index to search: a conflict with its state (link one first).
+        raise Conflict("force_rag needs an index linked to this chat", code="no_index", field="force_rag")
+    route, reason = should_use_rag(body.message, force_rag=body.force_rag, has_indexes=bool(indexes))
+    datasets = body.datasets if body.datasets is not None else list(chat.datasets)
+    payload = worker_payload(s, c, chat, indexes, body, route, datasets, carried_history(s, user, chat))
+    assert chat.id is not None
+    return TurnPlan(
+        chat_id=chat.id,
+        message=body.message,
+        route=route,
+        reason=reason,
+        datasets=datasets,
+        datasets_changed=body.datasets is not None,
+        needs_title=chat.title is None,
+        payload=payload,
+        gate={"layer": 1, "route": route, "reason": reason},
+    )
+
+
+def start(conn: Connection, c: Context, plan: TurnPlan, seen: datetime | None) -> bool:
+    """Take the chat's turn lock for this replica (if it is free or stale, and, given `seen`, the chat not
+    changed since) and store both messages, the answer `running`, the lock pointed at it. False: not taken."""
+    now = utcnow()
+    chats = Chat.__table__
+    taken = conn.execute(
+        update(Chat)
+        .where(col(Chat.id) == plan.chat_id)
+        .where(lifecycle.stale_condition(c.settings.turn_lock_stale_s))
+        .where(col(Chat.updated_at) == seen if seen is not None else true())
+        .values(
+            turn_started_at=now,
+            turn_owner=c.replica,
+            turn_heartbeat_at=now,
+            turn_stop_at=None,
+            turn_message_id=None,
         )
+    )
+    if taken.rowcount != 1:
+        return False
+    # A turn whose owner died without a trace of it in the lock (taken over just now) is interrupted.
+    lifecycle.interrupt_running(conn, plan.chat_id)
+    plan.user_message_id = insert_message(conn, plan, "user", plan.message, now)
+    plan.message_id = insert_message(conn, plan, "assistant", "", now)
+    conn.execute(
+        chats.update()
+        .where(chats.c.id == plan.chat_id)
+        .values(turn_message_id=plan.message_id, updated_at=now)
+    )
+    return True
+
+
+def insert_message(conn: Connection, plan: TurnPlan, role: str, content: str, now: datetime) -> int:
+    """One `running` message of the turn (every column given: Core applies none of the model's defaults)."""
+    messages = Message.__table__
+    row = conn.execute(
+        messages.insert()
+        .values(
+            chat_id=plan.chat_id,
+            role=role,
+            content=content,
+            documents=[],
+            citations=[],
+            steps=[],
+            timings={},
+            details={},
+            route=plan.route,
+            gate=plan.gate,
+            status="running",
+            created_at=now,
+        )
+        .returning(messages.c.id)
+    ).one()
+    return int(row[0])
 
 
 def worker_payload(
@@ -127,41 +202,3 @@ def worker_payload(
     if indexes:
         payload["index"] = [i.worker_name for i in indexes]
     return payload
-
-
-def take_lock(s: Session, c: Context, chat_id: int, now: datetime) -> None:
-    """The chat's turn lock, for this replica; a 409 while a live turn holds it."""
-    taken = s.exec(
-        update(Chat)
-        .where(col(Chat.id) == chat_id)
-        .where(lifecycle.stale_condition(c.settings.turn_lock_stale_s))
-        .values(
-            turn_started_at=now,
-            turn_owner=c.replica,
-            turn_heartbeat_at=now,
-            turn_stop_at=None,
-            turn_message_id=None,
-        )
-    )
-    if taken.rowcount != 1:
-        s.rollback()
-        raise Conflict(
-            "a reply is still being written in this chat: wait for it to finish, or stop it",
-            code="turn_in_progress",
-        )
-
-
-def store_messages(
-    s: Session, chat_id: int, message: str, route: str, gate: dict, now: datetime
-) -> tuple[Message, Message]:
-    """Both messages of the turn, `running`, and the lock pointed at the answer. Commits."""
-    user_msg = Message(
-        chat_id=chat_id, role="user", content=message, route=route, gate=gate, status="running"
-    )
-    answer = Message(chat_id=chat_id, role="assistant", content="", route=route, gate=gate, status="running")
-    s.add(user_msg)
-    s.add(answer)
-    s.flush()
-    s.exec(update(Chat).where(col(Chat.id) == chat_id).values(turn_message_id=answer.id, updated_at=now))
-    s.commit()
-    return user_msg, answer

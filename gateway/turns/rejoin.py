@@ -24,7 +24,7 @@ def visible(c: Context, user: User, snapshot: dict) -> dict:
     docs, done = snapshot.get("documents"), snapshot.get("done")
     if not docs and not done:
         return snapshot
-    with c.db.session() as s:
+    with c.db.read() as s:
         shown = {**snapshot, "documents": readable_documents(s, user, docs) if docs else docs}
         if isinstance(done, dict) and done.get("documents"):
             kept = readable_documents(s, user, done["documents"])

@@ -24,8 +24,13 @@ log = logging.getLogger("gateway.turns")
 
 async def keep_turn(c: Context, handle: TurnHandle) -> None:
     """The owner's side of the write-ahead turn: every heartbeat (or sooner, after TURN_SAVE_TOKENS tokens)
-    save what changed in one short write, refresh the heartbeat, and pick up a stop asked for elsewhere."""
+    save what changed in one short write with the heartbeat, and pick up a stop asked for elsewhere."""
     plan, rec = handle.plan, handle.rec
+    # With nothing new to save (a turn waiting in the worker's queue, or between tokens) the heartbeat is
+    # written only every quarter of TURN_LOCK_STALE_S (never less often than TURN_HEARTBEAT_S asks, never
+    # more often either); the beats in between read the stop request and the lock without writing.
+    beat_every = max(c.settings.turn_heartbeat_s, c.settings.turn_lock_stale_s / 4)
+    beaten = time.monotonic()
     while True:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(handle.wake.wait(), timeout=c.settings.turn_heartbeat_s)
@@ -37,10 +42,21 @@ async def keep_turn(c: Context, handle: TurnHandle) -> None:
         step_list = list(rec.steps) if steps != handle.saved_steps and rec.done is None else None
         documents = rec.documents if rec.documents_changed and rec.done is None else None
         rec.documents_changed = False
+        unchanged = content is None and step_list is None and documents is None
         try:
-            owned, stop = await in_thread(
-                lifecycle.save_progress, c.db, plan.chat_id, plan.message_id, content, step_list, documents
-            )
+            if unchanged and time.monotonic() - beaten < beat_every:
+                owned, stop = await in_thread(lifecycle.check_turn, c.db, plan.chat_id, plan.message_id)
+            else:
+                owned, stop = await in_thread(
+                    lifecycle.save_progress,
+                    c.db,
+                    plan.chat_id,
+                    plan.message_id,
+                    content,
+                    step_list,
+                    documents,
+                )
+                beaten = time.monotonic()
         except Exception:
             log.exception("saving the running turn in chat %s failed; trying again", plan.chat_id)
             rec.documents_changed = rec.documents_changed or documents is not None

@@ -60,7 +60,7 @@ async def post_message(request: Request) -> JSONResponse:
     plan = handle.plan
 
     def load() -> dict:
-        with c.db.session() as s:
+        with c.db.read() as s:
             ids = [i for i in (rec.user_message_id, rec.message_id) if i is not None]
             msgs = {m.id: m for m in s.exec(select(Message).where(col(Message.id).in_(ids)))} if ids else {}
             chat = s.get(Chat, plan.chat_id)

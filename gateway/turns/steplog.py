@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import Connection, func, insert, select
 from sqlmodel import Session, col, delete
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -100,12 +100,12 @@ def step_rows(message_id: int, steps: list[dict], timings: dict) -> list[dict]:
     return rows
 
 
-def save_steps(s: Session, message_id: int, steps: list[dict], timings: dict) -> None:
+def save_steps(s: Session | Connection, message_id: int, steps: list[dict], timings: dict) -> None:
     """Replace the message's step rows, inside the caller's transaction: one DELETE, one multi-row INSERT."""
     rows = step_rows(message_id, steps, timings)
-    s.exec(delete(TurnStep).where(col(TurnStep.message_id) == message_id))
+    s.execute(delete(TurnStep).where(col(TurnStep.message_id) == message_id))
     if rows:
-        s.exec(insert(TurnStep).values(rows))
+        s.execute(insert(TurnStep).values(rows))
 
 
 def stage_medians(s: Session, since) -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlmodel import Session, col, delete, select, update
+from sqlmodel import Session, col, select, update
 
 from .. import answers, lifecycle
 from ..chats import owned_chat
@@ -26,65 +26,81 @@ def release(s: Session, plan: TurnPlan) -> None:
 
 
 def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
-    """Both messages and the new chat state, in one transaction. The turn lock is released here, or, for a
-    chat still to be named, once the title is stored (so a reload after the turn always shows it)."""
+    """Both messages and the new chat state, in one transaction of a few Core statements. The turn lock is
+    released here, or, for a chat still to be named, once the title is stored (so a reload after the turn always
+    shows it). The chat row is written first, as every write of a running turn takes them (lifecycle.py)."""
     done = rec.done
-    with c.db.session() as s:
-        chat = s.get(Chat, plan.chat_id)
-        user_msg, assistant = s.get(Message, plan.user_message_id), s.get(Message, plan.message_id)
-        if chat is None or user_msg is None or assistant is None:  # deleted while the turn ran
-            return
-        user_msg.status = "complete"
-        answer = answers.store(assistant, done, rec.steps)
-        s.add(user_msg)
-        s.add(assistant)
-        if chat.turn_message_id == plan.message_id:
-            answers.carry_state(chat, answer)
-            if plan.datasets_changed:
-                chat.datasets = plan.datasets
-            chat.updated_at = utcnow()
-            s.add(chat)
-        s.flush()
-        # The step log, in this same transaction, after the rows a running turn's writes lock (one INSERT).
-        save_steps(s, plan.message_id, rec.steps, done.timings)
+    chats, messages = Chat.__table__, Message.__table__
+    stored = answers.stored_json(done)
+    with c.db.write() as conn:
+        # The chat state only while this turn still holds the chat (a replica that took it over keeps it).
+        state: dict = {"history": stored["history"], "updated_at": utcnow()}
+        if answers.carries_documents(stored):
+            state["documents"] = stored["documents"]
+        if plan.datasets_changed:
+            state["datasets"] = plan.datasets
         if not plan.needs_title:
-            release(s, plan)
-        s.commit()
-        rec.user_message_id, rec.message_id = plan.user_message_id, plan.message_id
+            state.update(lifecycle.clear_lock_values())
+        conn.execute(
+            chats.update()
+            .where(chats.c.id == plan.chat_id, chats.c.turn_message_id == plan.message_id)
+            .values(**state)
+        )
+        answered = conn.execute(
+            messages.update()
+            .where(messages.c.id == plan.message_id, messages.c.chat_id == plan.chat_id)
+            .values(**answers.stored_values(stored, done, rec.steps))
+        )
+        asked = conn.execute(
+            messages.update()
+            .where(messages.c.id == plan.user_message_id, messages.c.chat_id == plan.chat_id)
+            .values(status="complete")
+        )
+        if answered.rowcount != 1 or asked.rowcount != 1:  # deleted while the turn ran: nothing to store
+            conn.rollback()
+            return
+        # The step log, in this same transaction, after the rows a running turn's writes lock (one INSERT).
+        save_steps(conn, plan.message_id, rec.steps, done.timings)
+    rec.user_message_id, rec.message_id = plan.user_message_id, plan.message_id
 
 
 def save_failed(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
     """The user message with the error (and any partial answer); the chat state stays as it was."""
     error = (rec.error or {}).get("error")
-    with c.db.session() as s:
-        chat = s.get(Chat, plan.chat_id)
-        user_msg, assistant = s.get(Message, plan.user_message_id), s.get(Message, plan.message_id)
-        if chat is None or user_msg is None:
+    chats, messages = Chat.__table__, Message.__table__
+    keep = bool(rec.tokens) or rec.status == "interrupted"
+    with c.db.write() as conn:
+        # The chat row before the messages, as every write of a running turn takes them; the lock released.
+        conn.execute(
+            chats.update()
+            .where(chats.c.id == plan.chat_id, chats.c.turn_message_id == plan.message_id)
+            .values(updated_at=utcnow(), **lifecycle.clear_lock_values())
+        )
+        asked = conn.execute(
+            messages.update()
+            .where(messages.c.id == plan.user_message_id, messages.c.chat_id == plan.chat_id)
+            .values(status=rec.status, error=error)
+        )
+        if asked.rowcount != 1:  # the chat was deleted while the turn ran
+            conn.rollback()
             return
-        user_msg.status, user_msg.error = rec.status, error
-        s.add(user_msg)
-        kept = dropped = None
-        if assistant is not None:
-            if rec.tokens or rec.status == "interrupted":
-                assistant.content = rec.partial_reply
-                assistant.documents = rec.documents or []
-                assistant.steps = rec.steps
-                assistant.status, assistant.error = rec.status, error
-                if rec.stopped:
-                    assistant.details = {"stopped": True}
-                s.add(assistant)
-                kept = assistant.id
-            else:  # nothing was answered: the user message carries the error alone
-                dropped = assistant.id
-        if chat.turn_message_id == plan.message_id:
-            chat.updated_at = utcnow()
-            s.add(chat)
-        s.flush()  # the chat row before the messages, as every write of a running turn takes them
-        if dropped is not None:
-            s.exec(delete(Message).where(col(Message.id) == dropped))
-        release(s, plan)
-        s.commit()
-        rec.user_message_id, rec.message_id = user_msg.id, kept
+        answer = messages.c.id == plan.message_id, messages.c.chat_id == plan.chat_id
+        kept = None
+        if keep:
+            values = {
+                "content": rec.partial_reply,
+                "documents": rec.documents or [],
+                "steps": rec.steps,
+                "status": rec.status,
+                "error": error,
+            }
+            if rec.stopped:
+                values["details"] = {"stopped": True}
+            if conn.execute(messages.update().where(*answer).values(**values)).rowcount == 1:
+                kept = plan.message_id
+        else:  # nothing was answered: the user message carries the error alone
+            conn.execute(messages.delete().where(*answer))
+    rec.user_message_id, rec.message_id = plan.user_message_id, kept
 
 
 def release_lock(c: Context, plan: TurnPlan) -> None:
@@ -105,8 +121,9 @@ class Running:
 
 def read_running(c: Context, user_id: int, chat_id: int, message_id: int | None = None) -> Running:
     """The chat's running turn (or, given `message_id`, that turn however it ended). A turn left by a dead
-    replica is recovered here first. 404 for a chat that is not the user's."""
-    with c.db.session() as s:
+    replica is recovered here first (in a transaction of its own: this one only reads). 404 for a chat that is
+    not the user's."""
+    with c.db.read() as s:
         chat = owned_chat(s, user_id, chat_id)
         if chat.turn_started_at is not None and lifecycle.is_stale(chat, c.settings.turn_lock_stale_s):
             s.rollback()

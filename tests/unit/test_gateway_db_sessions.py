@@ -1,0 +1,64 @@
+"""Read-only sessions and the hot path's Core writes on a real SQLite file: a read does not queue behind a
+writer, and a running turn's saves report its ownership and a stop asked for elsewhere."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from gateway import lifecycle
+from gateway.db import Chat, Database, Message, User, utcnow
+
+
+def seeded(tmp_path) -> tuple[Database, int, int]:
+    db = Database(f"sqlite:///{tmp_path / 'g.db'}")
+    db.migrate()
+    with db.session() as s:
+        user = User(username="ada", password_hash="x")
+        s.add(user)
+        s.flush()
+        chat = Chat(owner_id=user.id)
+        s.add(chat)
+        s.flush()
+        msg = Message(chat_id=chat.id, role="assistant", content="", status="running")
+        s.add(msg)
+        s.flush()
+        chat.turn_started_at = chat.turn_heartbeat_at = utcnow()
+        chat.turn_message_id, chat.turn_owner = msg.id, "r1"
+        s.add(chat)
+        s.commit()
+        return db, chat.id, msg.id
+
+
+def test_a_read_session_reads_while_another_connection_holds_the_write_lock(tmp_path):
+    db, chat_id, _ = seeded(tmp_path)
+    writer = sqlite3.connect(tmp_path / "g.db", isolation_level=None, timeout=0)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("UPDATE chats SET title = 'being written' WHERE id = ?", (chat_id,))
+    try:
+        # A write session would wait out SQLite's 30 s busy timeout here and fail; a read one is not blocked.
+        with db.read() as s:
+            assert s.get(Chat, chat_id).title is None  # the last committed state
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        db.dispose()
+
+
+def test_the_periodic_save_and_its_read_only_check_see_ownership_and_a_stop(tmp_path):
+    db, chat_id, msg_id = seeded(tmp_path)
+    assert lifecycle.save_progress(db, chat_id, msg_id, "partial", None, None) == (True, False)
+    assert lifecycle.check_turn(db, chat_id, msg_id) == (True, False)
+    assert lifecycle.request_stop(db, chat_id) == msg_id
+    assert lifecycle.check_turn(db, chat_id, msg_id) == (True, True)
+    assert lifecycle.save_progress(db, chat_id, msg_id, None, [{"step": "x"}], None) == (True, True)
+    with db.read() as s:
+        msg = s.get(Message, msg_id)
+        assert (msg.content, msg.steps) == ("partial", [{"step": "x"}])
+    # Another turn took the chat: this one is no longer owned, and its save writes nothing.
+    with db.write() as conn:
+        conn.execute(Chat.__table__.update().values(turn_message_id=msg_id + 100))
+    assert lifecycle.check_turn(db, chat_id, msg_id) == (False, False)
+    assert lifecycle.save_progress(db, chat_id, msg_id, "lost", None, None) == (False, False)
+    with db.read() as s:
+        assert s.get(Message, msg_id).content == "partial"
+    db.dispose()
