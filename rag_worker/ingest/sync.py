@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,10 +24,9 @@ from contract.sync import FileEvent, FolderSource, JsonState, Summary, SyncError
 
 from ..errors import ApiError, EmbedderMismatch
 from ..names import check_filename, check_name
-from .document import ingest_file
+from ..services import Services as _Services
 from .formats import is_supported
 from .records import internal_error
-from .removal import delete_document
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..services import Services
@@ -40,6 +40,7 @@ class StoreTarget:
     def __init__(self, services: Services, index: str):
         self.services = services
         self.index = check_name(index, "index")
+        self.checked = False  # the index's embedder against this worker's (EmbedderMismatch)
 
     def documents(self) -> dict[tuple[str, str], str]:
         store = self.services.store
@@ -57,10 +58,17 @@ class StoreTarget:
         return is_supported(filename)
 
     def add(self, dataset: str, filename: str, path: Path) -> None:
+        # Docling and transformers: only a run that indexes pays their import.
+        from .document import ingest_file
+
+        if not self.checked:  # before the first write (not before the run: that loads the embedder)
+            if self.services.store.exists(self.index):
+                self.services.store.check_compatible(self.index)
+            self.checked = True
         try:
             ingest_file(self.services, self.index, dataset, path, filename)
         except EmbedderMismatch:
-            raise  # the whole index, not this file: checked before the run
+            raise  # the whole index, not this file: the run ends
         except ApiError as err:
             raise SyncError(err.code, err.message) from err
         except OSError as err:
@@ -70,10 +78,39 @@ class StoreTarget:
             raise SyncError("internal", internal_error(exc)) from exc
 
     def remove(self, dataset: str, filename: str) -> None:
+        from .removal import delete_document
+
         try:
             delete_document(self.services, self.index, dataset, filename)
         except ApiError as err:
             raise SyncError(err.code, err.message) from err
+
+
+class _DeferredEmbedder:
+    """The default embedder, loaded on first use: a sync that finds nothing changed never embeds, and loading it
+    (torch, transformers, the model) was most of a cron run's time (bench/sync.py)."""
+
+    def __init__(self, services: _Services):
+        self._services = services
+
+    def __getattr__(self, name: str):
+        return getattr(self._services.embedder, name)
+
+
+class SyncServices(_Services):
+    """The worker's services for the sync CLI: a store whose default embedder is loaded when a file is indexed."""
+
+    @cached_property
+    def store(self):
+        from ..embedders import DEFAULT, check_name
+        from ..store import Store
+
+        deferred = _DeferredEmbedder(self)
+
+        def embedders(name: str | None):
+            return deferred if check_name(name) == DEFAULT else self.embedder_named(name)
+
+        return Store.from_settings(self.settings, deferred, embedders=embedders)
 
 
 def state_path(services: Services, index: str, source_key: str) -> Path:
@@ -98,7 +135,8 @@ def exclusive(path: Path):
 
 def sync_folder(services: Services, index: str, folder: Path):
     """Sync `folder` into `index`: contract.sync's events (FileEvent..., Summary). Raises SyncError (the folder
-    is outside SYNC_ROOTS, or busy), EmbedderMismatch (the index was built with another embedder)."""
+        is outside SYNC_ROOTS, or busy), EmbedderMismatch (the index was built with another embedder: at the first
+    file to index, so a run that finds nothing to do never loads the embedder)."""
     index = check_name(index, "index")
     roots = services.settings.sync_roots
     if roots:
@@ -108,14 +146,14 @@ def sync_folder(services: Services, index: str, folder: Path):
     if not Path(folder).is_dir():
         raise SyncError("not_found", f"folder {folder} does not exist")
     source = FolderSource(Path(folder).absolute())
-    if services.store.exists(index):
-        services.store.check_compatible(index)
     path = state_path(services, index, source.key)
     with exclusive(path):
-        yield from sync(source, StoreTarget(services, index), JsonState(path, source.key))
-    if services.store.exists(index):
-        with services.index_lock(index):
-            services.store.optimize(index)
+        for event in sync(source, StoreTarget(services, index), JsonState(path, source.key)):
+            changed = isinstance(event, Summary) and (event.added or event.changed or event.removed)
+            if changed and services.store.exists(index):  # the FTS index and fragments, once per run
+                with services.index_lock(index):
+                    services.store.optimize(index)
+            yield event
 
 
 def parser() -> argparse.ArgumentParser:
@@ -142,9 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     except ApiError as err:
         print(f"error: {err.message}", file=sys.stderr)
         return 2
-    from ..services import Services
-
-    services = Services(ingest_settings())
+    services = SyncServices(ingest_settings())
     summary: Summary | None = None
     try:
         for event in sync_folder(services, args.index, args.folder):
