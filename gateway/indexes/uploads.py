@@ -1,32 +1,44 @@
-"""One upload: `POST /api/indexes/{id}/documents` forwards the file to the worker's /add_document and records
-the document. With `Accept: text/event-stream` it relays the worker's `progress` events (stage: converting,
-chunking, embedding, writing) and ends with `done` (the stored document, as the JSON answer has it) or `error`.
+"""One upload: `POST /api/indexes/{id}/documents` stores the file (JOBS_DIR, 0600) and queues an `upload` job
+(gateway/jobs/) that sends it to the worker's /add_document and records the document. The answer is `202` with
+the job at once; the job goes on whatever the client does (it may close its side right after the bytes).
 
-A refusal before any work (not the user's index, too large, empty, unsupported type) is a JSON 4xx either way.
+Older clients: `?wait=1` answers as before, `201` with the stored document (or the refusal) once the job ended;
+`Accept: text/event-stream` streams the file's `progress` events (stage: converting, chunking, embedding,
+writing) and ends with `done` (the stored document) or `error`. Either way, leaving early loses nothing.
+
+A refusal before any work (not the user's index, too large, empty, not multipart) is a JSON 4xx either way; a
+refusal by the worker (an unsupported type) is the job's failure (and the 4xx of `?wait=1`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
-from sqlmodel import select
+from sqlalchemy import func
+from sqlmodel import col, select
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..access import EDITOR, read_index, require_index
+from ..access import EDITOR, read_index
 from ..context import Context, ctx, current_user, in_thread, path_id
-from ..db import IndexDocument, utcnow
-from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from ..db import IndexDocument, Job, JobFile
+from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge, TooManyRequests
+from ..jobs.store import ACTIVE, FINISHED
+from ..jobs.upload import queue_upload
+from ..jobs.views import job_view
 from ..responses import UploadedDocument
 from ..sse import SSE_HEADERS, frame
-from ..streams import RelayedResponse, WorkerRefused, WorkerStreamBroken
+from ..streams import RelayedResponse
 from .names import check_dataset, check_filename
-from .reconcile import indexed_anyway
-from .records import document_json, refresh_counts
+from .records import document_json
 
 log = logging.getLogger("gateway.uploads")
+
+QUEUED_UPLOADS_PER_USER = 100  # uploads one account may have waiting (queued or running) at once
+WAIT_POLL_S = 0.25
 
 
 async def read_upload(request: Request, c: Context) -> tuple[UploadFile, str]:
@@ -66,127 +78,105 @@ async def upload_document(request: Request) -> Response:
 
 
 async def _upload(request: Request, c: Context, user, index) -> Response:
-    index_id = index.id
     upload, dataset = await read_upload(request, c)
     filename = check_filename(upload.filename)
-    content = await upload.read()
-    if len(content) > c.settings.max_upload_bytes:
-        raise PayloadTooLarge(f"the file is larger than {c.settings.max_upload_bytes} bytes", field="file")
-    if not content:
+    if upload.size is not None and upload.size == 0:
         raise BadRequest("the file is empty", code="empty_file", field="file")
+    await in_thread(too_many_queued, c, user.id)
+    # Stored durably (JOBS_DIR, 0600, fsynced) and queued before the answer: the client may go now.
+    upload.file.seek(0)
+    job = await in_thread(
+        queue_upload, c, user.id, index.id, dataset, filename, upload.content_type, upload.file
+    )
+    c.jobs.poke()
+    if wants_events(request):  # the web of before: the file's stages as they happen, then the document row
+        return relayed(follow_upload(c, job.id))
+    if wants_wait(request):  # the synchronous answer of before: 201 with the document, or the refusal
+        end = await wait_for_job(c, job.id)
+        return JSONResponse(uploaded_or_raise(c, end), status_code=201)
+    view = await in_thread(job_view, c, job.id)
+    return JSONResponse(view, status_code=202, headers={"Location": f"/api/jobs/{job.id}"})
 
-    def record(result: dict) -> dict:
-        # The worker's name for the file is the one both sides use from now on (list, download, delete).
-        name = str(result.get("filename") or filename)
-        with c.db.session() as s:
-            current = require_index(s, user, index_id, EDITOR)
-            doc = s.exec(
-                select(IndexDocument).where(
-                    IndexDocument.index_id == current.id,
-                    IndexDocument.dataset == dataset,
-                    IndexDocument.filename == name,
-                )
-            ).first()
-            doc = doc or IndexDocument(index_id=current.id, dataset=dataset, filename=name)
-            doc.document_id = str(result.get("document_id") or "")
-            doc.chunks = int(result.get("chunks") or 0)
-            doc.bytes = len(content)
-            doc.created_at = utcnow()
-            s.add(doc)
-            s.flush()
-            refresh_counts(s, current, None if current.status == "building" else "auto")
-            s.commit()
-            return UploadedDocument(**document_json(doc), replaced=bool(result.get("replaced"))).data()
 
-    if wants_events(request):  # the web: the worker's stages as they happen, then the row
-        return await relay(c, index.worker_name, dataset, filename, content, upload, record)
-    try:
-        result = await c.worker.add_document(
-            index.worker_name, dataset, filename, content, upload.content_type
+def too_many_queued(c: Context, user_id: int) -> None:
+    with c.db.session() as s:
+        n = s.exec(
+            select(func.count())
+            .select_from(Job)
+            .where(Job.user_id == user_id, Job.kind == "upload", col(Job.state).in_(ACTIVE))
+        ).one()
+    if n >= QUEUED_UPLOADS_PER_USER:
+        raise TooManyRequests(
+            f"you already have {n} uploads waiting to be indexed: wait for some to finish",
+            code="too_many_uploads",
         )
-    except WorkerRefused:
-        raise  # the worker's own 4xx: it stored nothing
-    except ApiError:
-        # The answer was lost (the connection broke, a 5xx): the worker may have indexed the file all the same.
-        result = await indexed_anyway(c, index.worker_name, dataset, filename, content)
-        if result is None:
-            raise
-    return JSONResponse(await in_thread(record, result), status_code=201)
+
+
+def wants_wait(request: Request) -> bool:
+    return request.query_params.get("wait", "").lower() in ("1", "true", "yes")
+
+
+async def wait_for_job(c: Context, job_id: int) -> tuple[Job, list[JobFile]]:
+    """The job and its files once it ended (however the client's connection goes meanwhile: the job goes on)."""
+    while True:
+        job, files = await in_thread(job_rows, c, job_id)
+        if job is None or job.state in FINISHED:
+            return job, files
+        await asyncio.sleep(WAIT_POLL_S)
+
+
+def job_rows(c: Context, job_id: int) -> tuple[Job | None, list[JobFile]]:
+    with c.db.session() as s:
+        job = s.get(Job, job_id)
+        files = list(s.exec(select(JobFile).where(JobFile.job_id == job_id).order_by(col(JobFile.position))))
+        return job, files
+
+
+def uploaded_or_raise(c: Context, end: tuple[Job | None, list[JobFile]]) -> dict:
+    job, files = end
+    if job is None:
+        raise NotFound("the index was deleted", code="index_not_found")
+    file = files[0] if files else None
+    if job.state == "done" and file is not None and file.state == "done":
+        return uploaded_json(c, file)
+    if file is not None and file.error:
+        raise ApiError(file.error, code=file.code or "indexing_failed", status=file.status or 502)
+    raise ApiError(job.error or "indexing failed", code=job.code or "indexing_failed", status=502)
+
+
+def uploaded_json(c: Context, file: JobFile) -> dict:
+    with c.db.session() as s:
+        doc = s.get(IndexDocument, int((file.detail or {}).get("document") or 0))
+        if doc is None:
+            raise NotFound("the document was deleted meanwhile", code="not_found")
+        return UploadedDocument(**document_json(doc), replaced=file.replaced).data()
+
+
+async def follow_upload(c: Context, job_id: int) -> AsyncIterator[str]:
+    """The upload's job as the stream of before: `progress` (the worker's event) per new stage, then `done`
+    (the document) or `error`."""
+    last = None
+    while True:
+        job, files = await in_thread(job_rows, c, job_id)
+        file = files[0] if files else None
+        if file is not None and file.stage and (file.stage, file.detail) != last and file.state == "running":
+            last = (file.stage, file.detail)
+            detail = dict(file.detail or {})
+            detail.pop("document", None)
+            yield frame(
+                "progress", detail or {"file": file.filename, "dataset": file.dataset, "stage": file.stage}
+            )
+        if job is None or job.state in FINISHED:
+            try:
+                yield frame("done", await in_thread(uploaded_or_raise, c, (job, files)))
+            except ApiError as exc:
+                yield frame("error", exc.to_dict())
+            return
+        await asyncio.sleep(WAIT_POLL_S)
 
 
 def wants_events(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
-
-
-async def relay(
-    c: Context,
-    worker_name: str,
-    dataset: str,
-    filename: str,
-    content: bytes,
-    upload: UploadFile,
-    record: Callable[[dict], dict],
-) -> RelayedResponse:
-    # A 4xx from the worker is raised here, as JSON.
-    try:
-        stream = await c.worker.add_document_stream(
-            worker_name, dataset, filename, content, upload.content_type
-        )
-    except WorkerRefused:
-        raise
-    except ApiError:  # no answer came: the worker may have indexed the file all the same
-        result = await indexed_anyway(c, worker_name, dataset, filename, content)
-        if result is None:
-            raise
-        document = await in_thread(record, result)
-        return relayed(iter_once(frame("done", document)))
-
-    async def recovered(failure: dict) -> str:
-        """The `done` frame when the worker indexed the file although its stream broke, else `failure`'s error."""
-        result = await indexed_anyway(c, worker_name, dataset, filename, content)
-        if result is None:
-            return frame("error", failure)
-        try:
-            return frame("done", await in_thread(record, result))
-        except NotFound as exc:
-            return frame("error", exc.to_dict())
-
-    async def body() -> AsyncIterator[str]:
-        ended = False
-        try:
-            async for f in stream.frames():
-                data = f.data if isinstance(f.data, dict) else {}
-                if f.event == "progress":
-                    yield f.raw
-                elif f.event == "done":
-                    ended = True
-                    try:
-                        document = await in_thread(record, data)
-                    except NotFound as exc:  # the index was deleted meanwhile
-                        yield frame("error", exc.to_dict())
-                        return
-                    yield frame("done", document)
-                    return
-                elif f.event == "error":
-                    ended = True
-                    yield frame(
-                        "error", {"error": str(data.get("error") or "indexing failed"), **_code(data)}
-                    )
-                    return
-        except WorkerStreamBroken as exc:
-            ended = True
-            yield await recovered({"error": exc.message, "code": "worker_unavailable"})
-        finally:
-            await stream.aclose()
-            if not ended:
-                log.warning("the worker's indexing stream for %s ended without a result", filename)
-        if not ended:
-            yield await recovered(
-                {"error": "the worker's stream ended before indexing finished", "code": "interrupted"}
-            )
-
-    # The worker's stream is closed even when the browser went before this answer started (the body never runs).
-    return relayed(body(), stream.aclose)
 
 
 def relayed(body: AsyncIterator[str], *on_end: Callable[[], object]) -> RelayedResponse:
