@@ -36,7 +36,7 @@ def store_file(c: Context, source, limit: int) -> tuple[str, Path, int]:
     """Copy an upload (a file object) into a new folder of JOBS_DIR, 0600, flushed to disk before the job that
     names it exists. Returns (folder name, path, size); over `limit` bytes or empty is refused, nothing kept."""
     name = uuid.uuid4().hex
-    folder = private_dir(c.settings.resolved_jobs_dir() / name)
+    folder = private_dir(private_dir(c.settings.resolved_jobs_dir()) / name)
     path = folder / "0"
     size = 0
     try:
