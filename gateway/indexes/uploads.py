@@ -26,18 +26,18 @@ from ..access import EDITOR, read_index
 from ..context import Context, ctx, current_user, in_thread, path_id
 from ..db import IndexDocument, Job, JobFile
 from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge, TooManyRequests
+from ..jobs.follow import follow
 from ..jobs.store import ACTIVE, FINISHED
 from ..jobs.upload import queue_upload
 from ..jobs.views import job_view
 from ..responses import UploadedDocument
-from ..sse import SSE_HEADERS, frame
+from ..sse import KEEPALIVE, SSE_HEADERS, frame
 from ..streams import RelayedResponse
 from .names import check_dataset, check_filename
 from .records import document_json
 
 log = logging.getLogger("gateway.uploads")
 
-QUEUED_UPLOADS_PER_USER = 100  # uploads one account may have waiting (queued or running) at once
 WAIT_POLL_S = 0.25
 
 
@@ -62,58 +62,66 @@ async def upload_document(request: Request) -> Response:
 
     # Before reading the body: an index the user may not change is a 404, not a 413.
     index = await in_thread(read_index, c, user, index_id, EDITOR)
-    # MAX_UPLOADS_PER_USER: a 429 before the body is read when the account has that many being indexed. The slot
-    # is given back when this returns or raises, or, for a relayed answer, when that answer ends however it ends.
-    slot = c.upload_slots.take(user.id)
+    # MAX_UPLOADS_PER_USER: a 429 before the body is read when the account has that many uploads queued or being
+    # indexed (its unfinished upload jobs, on every replica, and the uploads this process is receiving).
+    unfinished = await in_thread(unfinished_uploads, c, user.id)
+    if unfinished + c.upload_slots.running.get(user.id, 0) >= c.settings.max_uploads_per_user:
+        raise TooManyRequests(
+            f"you already have {c.settings.max_uploads_per_user} files being indexed: wait for one to finish",
+            code="too_many_uploads",
+            headers={"Retry-After": "5"},
+        )
+    slot = c.upload_slots.take(user.id)  # given back once the job is queued (it counts from then on)
     try:
-        response = await _upload(request, c, user, index)
-    except BaseException:
+        return await _upload(request, c, user, index, slot)
+    finally:
         slot.release()
-        raise
-    if isinstance(response, RelayedResponse):
-        response.on_end.append(slot.release)
-    else:
-        slot.release()
-    return response
 
 
-async def _upload(request: Request, c: Context, user, index) -> Response:
+def unfinished_uploads(c: Context, user_id: int) -> int:
+    with c.db.session() as s:
+        return s.exec(
+            select(func.count())
+            .select_from(Job)
+            .where(Job.user_id == user_id, Job.kind == "upload", col(Job.state).in_(ACTIVE))
+        ).one()
+
+
+async def _upload(request: Request, c: Context, user, index, slot) -> Response:
+    wait = wants_wait(request)
     upload, dataset = await read_upload(request, c)
     filename = check_filename(upload.filename)
     if upload.size is not None and upload.size == 0:
         raise BadRequest("the file is empty", code="empty_file", field="file")
-    await in_thread(too_many_queued, c, user.id)
     # Stored durably (JOBS_DIR, 0600, fsynced) and queued before the answer: the client may go now.
     upload.file.seek(0)
     job = await in_thread(
         queue_upload, c, user.id, index.id, dataset, filename, upload.content_type, upload.file
     )
+    slot.release()
+    q = c.jobs.listen(job.id)  # before the job can start: this stream sees its every stage
     c.jobs.poke()
-    if wants_events(request):  # the web of before: the file's stages as they happen, then the document row
-        return relayed(follow_upload(c, job.id))
-    if wants_wait(request):  # the synchronous answer of before: 201 with the document, or the refusal
+    if wants_events(request):  # the web: the file's stages as they happen, then the document row
+        return relayed(follow_upload(c, job.id, q), lambda: c.jobs.unlisten(job.id, q))
+    c.jobs.unlisten(job.id, q)
+    if wait:  # the synchronous answer of before: 201 with the document, or the refusal
         end = await wait_for_job(c, job.id)
         return JSONResponse(uploaded_or_raise(c, end), status_code=201)
     view = await in_thread(job_view, c, job.id)
     return JSONResponse(view, status_code=202, headers={"Location": f"/api/jobs/{job.id}"})
 
 
-def too_many_queued(c: Context, user_id: int) -> None:
-    with c.db.session() as s:
-        n = s.exec(
-            select(func.count())
-            .select_from(Job)
-            .where(Job.user_id == user_id, Job.kind == "upload", col(Job.state).in_(ACTIVE))
-        ).one()
-    if n >= QUEUED_UPLOADS_PER_USER:
-        raise TooManyRequests(
-            f"you already have {n} uploads waiting to be indexed: wait for some to finish",
-            code="too_many_uploads",
-        )
+def wants_events(request: Request) -> bool:
+    return "text/event-stream" in request.headers.get("accept", "")
 
 
 def wants_wait(request: Request) -> bool:
-    return request.query_params.get("wait", "").lower() in ("1", "true", "yes")
+    raw = request.query_params.get("wait", "").lower()
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("", "0", "false", "no"):
+        return False
+    raise BadRequest("wait must be true or false", code="invalid", field="wait")
 
 
 async def wait_for_job(c: Context, job_id: int) -> tuple[Job, list[JobFile]]:
@@ -152,43 +160,31 @@ def uploaded_json(c: Context, file: JobFile) -> dict:
         return UploadedDocument(**document_json(doc), replaced=file.replaced).data()
 
 
-async def follow_upload(c: Context, job_id: int) -> AsyncIterator[str]:
-    """The upload's job as the stream of before: `progress` (the worker's event) per new stage, then `done`
-    (the document) or `error`."""
-    last = None
-    while True:
-        job, files = await in_thread(job_rows, c, job_id)
-        file = files[0] if files else None
-        if file is not None and file.stage and (file.stage, file.detail) != last and file.state == "running":
-            last = (file.stage, file.detail)
-            detail = dict(file.detail or {})
-            detail.pop("document", None)
+async def follow_upload(c: Context, job_id: int, q) -> AsyncIterator[str]:
+    """The upload's job as the stream of before: `queued` (the job, so a client can follow it elsewhere later),
+    `progress` (the worker's event) per stage, then `done` (the document) or `error`."""
+    first = True
+    async for event, data in follow(c, job_id, lambda: job_view(c, job_id), c.settings.keepalive_s, q):
+        if event == "keepalive":
+            yield KEEPALIVE
+        elif event == "progress":
             yield frame(
-                "progress", detail or {"file": file.filename, "dataset": file.dataset, "stage": file.stage}
+                "progress",
+                data["progress"]
+                or {"file": data["filename"], "dataset": data["dataset"], "stage": data["stage"]},
             )
-        if job is None or job.state in FINISHED:
+        elif first:
+            first = False
+            yield frame("queued", data)
+        if event == "job" and data["state"] in FINISHED:
             try:
-                yield frame("done", await in_thread(uploaded_or_raise, c, (job, files)))
+                yield frame(
+                    "done", await in_thread(uploaded_or_raise, c, await in_thread(job_rows, c, job_id))
+                )
             except ApiError as exc:
                 yield frame("error", exc.to_dict())
             return
-        await asyncio.sleep(WAIT_POLL_S)
-
-
-def wants_events(request: Request) -> bool:
-    return "text/event-stream" in request.headers.get("accept", "")
 
 
 def relayed(body: AsyncIterator[str], *on_end: Callable[[], object]) -> RelayedResponse:
     return RelayedResponse(body, on_end=list(on_end), media_type="text/event-stream", headers=SSE_HEADERS)
-
-
-async def iter_once(item: str) -> AsyncIterator[str]:
-    yield item
-
-
-def _code(data: dict) -> dict:
-    out = {"code": str(data.get("code") or "indexing_failed")}
-    if data.get("field"):
-        out["field"] = str(data["field"])
-    return out

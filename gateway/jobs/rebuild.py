@@ -1,8 +1,9 @@
 """The `rebuild` kind: the worker's `/index` over the index's uploads folder, its per-file progress written as the
 job's files (added as the worker names them; stage converting, chunking, embedding, then indexed, unchanged or
-failed). The worker commits each file as it goes and skips a file whose bytes it already holds, so a run resumed
-after a crash asks for an incremental build (never `rebuild` again: that would drop what the first run wrote)
-and picks up at the first file not yet committed."""
+failed). An incremental build (`rebuild: false`) commits each file as it goes and skips a file whose bytes the
+worker already holds, so a pass run again (the gateway died, the worker's stream broke) picks up at the first
+file not yet committed. A full rebuild writes a new table that the worker swaps in only when it is complete
+(rag_worker/ingest/rebuild.py): a pass that broke left the index as it was, and is run again whole."""
 
 from __future__ import annotations
 
@@ -42,8 +43,7 @@ async def run_rebuild(run: JobRun) -> None:
     if worker_name is None:
         raise JobFailed("the index was deleted", "index_not_found")
     params = run.job.params or {}
-    # A resumed run never drops the table again: what the first run committed stays, the rest is added.
-    rebuild = bool(params.get("rebuild")) and not run.resumed
+    rebuild = bool(params.get("rebuild"))
     prune = bool(params.get("prune", True))
     known: dict[tuple[str, str], JobFile] = {(f.dataset, f.filename): f for f in await run.files()}
     succeeded = False
@@ -62,13 +62,11 @@ async def run_rebuild(run: JobRun) -> None:
                     raise JobFailed(
                         f"gave up after {attempt} tries: {message}", "worker_unavailable"
                     ) from None
-                rebuild = False
                 await asyncio.sleep(min(2.0**attempt, 10.0))
                 continue
             if ended is None:  # the stream ended without done/error: the worker went away
                 if attempt == MAX_TRIES:
                     raise JobFailed("the worker's stream ended before the build finished", "interrupted")
-                rebuild = False
                 continue
             if ended.get("error"):
                 raise JobFailed(str(ended["error"]), str(ended.get("code") or "build_failed"))

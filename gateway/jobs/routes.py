@@ -16,11 +16,12 @@ from starlette.responses import JSONResponse, Response
 from ..access import EDITOR, INT32_MAX, READER, readable_indexes, require_index
 from ..context import ctx, current_user, in_thread, path_id
 from ..db import Job
-from ..errors import BadRequest
+from ..errors import BadRequest, NotFound
 from ..routing import ApiRoute, Operation, event_stream
 from ..schemas import MAX_ID
 from ..sse import KEEPALIVE, event_response, frame
 from . import store
+from .follow import follow
 from .views import JobList, JobOut, job_files, job_json, visible_job
 
 MAX_PAGE = 200
@@ -63,7 +64,9 @@ async def list_jobs(request: Request) -> Response:
             if state is not None:
                 query = query.where(Job.state == state)
             rows = s.exec(query.order_by(col(Job.id).desc()).limit(limit)).all()
-            return JobList(jobs=[job_json(j) for j in rows]).data()
+            views = [job_json(j) for j in rows]
+            JobList(jobs=views)  # checked against the model; sent without the files it leaves out
+            return {"jobs": views}
 
     return JSONResponse(await in_thread(load))
 
@@ -82,28 +85,19 @@ async def get_job(request: Request) -> Response:
 
 
 async def job_events(request: Request) -> Response:
-    """SSE: `job` (the job with its files) at once and on every change, until it ended; keepalives between."""
+    """SSE: `job` (the job with its files) at once and on every change, `progress` per stage of a file, until the
+    job ended; keepalives between."""
     user, c, job_id = await current_user(request), ctx(request), path_id(request)
-    first = await in_thread(read_job, c, user, job_id)
+    await in_thread(read_job, c, user, job_id, READER, False)  # the access check: a 404 before any stream
 
     async def body() -> AsyncIterator[str]:
-        view = first
-        yield frame("job", view)
-        quiet = time.monotonic()
-        while view["state"] not in store.FINISHED:
-            await asyncio.sleep(EVENTS_POLL_S)
-            try:
-                current = await in_thread(read_job, c, user, job_id)
-            except Exception:  # the job (its index) was deleted, or access was taken away
-                yield frame("gone", {"error": f"job {job_id} is no longer there", "code": "job_not_found"})
-                return
-            if current != view:
-                view = current
-                quiet = time.monotonic()
-                yield frame("job", view)
-            elif time.monotonic() - quiet >= c.settings.keepalive_s:
-                quiet = time.monotonic()
-                yield KEEPALIVE
+        try:
+            async for event, data in follow(
+                c, job_id, lambda: read_job(c, user, job_id), c.settings.keepalive_s
+            ):
+                yield KEEPALIVE if event == "keepalive" else frame(event, data)
+        except NotFound:  # the job (its index) was deleted, or the user's access to it taken away
+            yield frame("gone", {"error": f"job {job_id} is no longer there", "code": "job_not_found"})
 
     return event_response(body())
 
@@ -126,8 +120,9 @@ async def cancel_job(request: Request) -> Response:
 
 JOB_EVENTS = event_stream(
     "job (the job, with its files) at once and whenever it changes, until its state is done, failed or "
-    "cancelled; gone when it was deleted meanwhile",
-    ["job", "gone"],
+    "cancelled; progress {position, filename, dataset, stage, progress} per stage of a file; gone when the job "
+    "was deleted meanwhile",
+    ["job", "progress", "gone"],
 )
 STATE_FILTER = {"type": "string", "enum": list(STATES)}
 

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import shutil
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,16 +25,17 @@ log = logging.getLogger("gateway.jobs")
 POLL_S = 1.0  # how often a replica looks for jobs it may take (queued elsewhere, or left by a dead owner)
 SWEEP_S = 600.0  # how often finished jobs past their retention, and stored files no job needs, are removed
 ORPHAN_AGE_S = 3600.0  # a stored upload no unfinished job names is removed once this old
-PROGRESS_WRITE_S = 0.5  # progress of one file (not its stage changes) is written at most this often
+PROGRESS_WRITE_S = 0.5
+FEED_HISTORY = 500  # progress events of a running job kept for followers on this replica that join late  # progress of one file (not its stage changes) is written at most this often
 
 
 class Retry(Exception):
     """This try of the file broke for a reason that may pass (the worker died, its stream broke): try again,
     up to JOB_FILE_RETRIES tries in all, then the file fails with this reason."""
 
-    def __init__(self, message: str, code: str = "worker_unavailable"):
+    def __init__(self, message: str, code: str = "worker_unavailable", status: int | None = 503):
         super().__init__(message)
-        self.message, self.code = message, code
+        self.message, self.code, self.status = message, code, status
 
 
 class FileFailed(Exception):
@@ -116,9 +118,6 @@ class JobRun:
         is written at once; the same stage with new detail (page 3 of 120) at most every PROGRESS_WRITE_S."""
         loop = asyncio.get_running_loop()
         changed = force or file is None or file.stage != stage
-        if not changed and loop.time() - self._last_write < PROGRESS_WRITE_S:
-            return
-        self._last_write = loop.time()
         stage = stage[:64]
 
         def write() -> None:
@@ -135,6 +134,19 @@ class JobRun:
 
         if file is not None:
             file.stage = stage
+            self.runner.publish(
+                self.job.id,
+                {
+                    "position": file.position,
+                    "filename": file.filename,
+                    "dataset": file.dataset,
+                    "stage": stage,
+                    "progress": detail or {},
+                },
+            )
+        if not changed and loop.time() - self._last_write < PROGRESS_WRITE_S:
+            return  # every follower on this replica has it; the database gets it with the next write
+        self._last_write = loop.time()
         await in_thread(write)
 
     async def each_file(
@@ -154,14 +166,9 @@ class JobRun:
                 continue
             while True:
                 self.check()
-                if file.attempts >= retries:
-                    reason = file.error or "it was tried too many times"
-                    await self._end_file(
-                        file,
-                        "failed",
-                        f"gave up after {file.attempts} tries: {reason}",
-                        file.code or "retries",
-                    )
+                if file.attempts >= retries:  # its last try was cut short (the gateway died in it)
+                    reason = file.error or "a gateway stopped during each of them"
+                    await self._give_up(file, reason)
                     break
                 file.attempts += 1
                 await self._start_file(file)
@@ -171,7 +178,10 @@ class JobRun:
                     log.warning(
                         "job %s, %s: try %d broke: %s", self.job.id, file.filename, file.attempts, exc
                     )
-                    file.error, file.code = exc.message, exc.code
+                    file.error, file.code, file.status = exc.message, exc.code, exc.status
+                    if file.attempts >= retries:
+                        await self._give_up(file, exc.message)
+                        break
                     await self._note(file, exc.message, exc.code)
                     await asyncio.sleep(min(2.0 ** (file.attempts - 1), 10.0))
                     continue
@@ -180,6 +190,12 @@ class JobRun:
                     break
                 await self._commit_file(file, result, commit)
                 break
+
+    async def _give_up(self, file: JobFile, reason: str) -> None:
+        tries = f"{file.attempts} tries" if file.attempts != 1 else "1 try"
+        await self._end_file(
+            file, "failed", f"gave up after {tries}: {reason}", file.code or "retries", file.status
+        )
 
     def check(self) -> None:
         if self.lost:
@@ -292,6 +308,15 @@ def select_max_position(job_id: int):
     return select(func.max(JobFile.position)).where(JobFile.job_id == job_id)
 
 
+class Feed:
+    """A running job's progress events on this replica: the history (for a follower that comes late) and the
+    followers' queues."""
+
+    def __init__(self) -> None:
+        self.queues: set[asyncio.Queue] = set()
+        self.history: deque[dict] = deque(maxlen=FEED_HISTORY)
+
+
 class JobRunner:
     """Claims and runs jobs in this process: at most JOB_PARALLEL at once, one per index."""
 
@@ -303,6 +328,30 @@ class JobRunner:
         self.task: asyncio.Task | None = None
         self.sweeper: asyncio.Task | None = None
         self.watchers: dict[int, asyncio.Event] = {}
+        # Followers on this replica of a job's progress events (every one, from the first; routes.follow).
+        self.feeds: dict[int, Feed] = {}
+
+    def listen(self, job_id: int) -> asyncio.Queue:
+        feed = self.feeds.setdefault(job_id, Feed())
+        q: asyncio.Queue = asyncio.Queue()
+        for item in feed.history:
+            q.put_nowait(item)
+        feed.queues.add(q)
+        return q
+
+    def unlisten(self, job_id: int, q: asyncio.Queue) -> None:
+        feed = self.feeds.get(job_id)
+        if feed is None:
+            return
+        feed.queues.discard(q)
+        if not feed.queues and job_id not in self.running:
+            del self.feeds[job_id]
+
+    def publish(self, job_id: int, item: dict) -> None:
+        feed = self.feeds.setdefault(job_id, Feed())
+        feed.history.append(item)
+        for q in list(feed.queues):
+            q.put_nowait(item)
 
     @property
     def folder(self) -> Path:
@@ -407,6 +456,11 @@ class JobRunner:
                     log.exception("job %s: could not record its end", job.id)
                 log.info("job %s ended: %s%s", job.id, state, f" ({error})" if error else "")
             self.running.pop(job.id, None)
+            feed = self.feeds.get(job.id)
+            if feed is not None and not feed.queues:
+                del self.feeds[job.id]
+            elif feed is not None:
+                feed.history.clear()
             self.wake.set()
             for event in list(self.watchers.values()):
                 event.set()

@@ -186,7 +186,7 @@ async def index_one(run: JobRun, file: JobFile, worker_name: str, content: bytes
     except WorkerRefused as exc:
         raise FileFailed(exc.message, exc.code, exc.status) from None
     except ApiError as exc:
-        return await anyway_or_retry(run, file, worker_name, content, exc.message, exc.code)
+        return await anyway_or_retry(run, file, worker_name, content, exc.message, exc.code, exc.status)
     try:
         async for f in stream.frames():
             data = f.data if isinstance(f.data, dict) else {}
@@ -198,7 +198,7 @@ async def index_one(run: JobRun, file: JobFile, worker_name: str, content: bytes
                 code = str(data.get("code") or "indexing_failed")
                 message = str(data.get("error") or "indexing failed")
                 if code in ("interrupted", "worker_unavailable", "busy"):
-                    raise Retry(message, code)
+                    raise Retry(message, code, 502)
                 raise FileFailed(message, code, 422)
     except WorkerStreamBroken as exc:
         return await anyway_or_retry(run, file, worker_name, content, exc.message, "worker_unavailable")
@@ -210,12 +210,12 @@ async def index_one(run: JobRun, file: JobFile, worker_name: str, content: bytes
 
 
 async def anyway_or_retry(
-    run: JobRun, file: JobFile, worker_name: str, content: bytes, message: str, code: str
+    run: JobRun, file: JobFile, worker_name: str, content: bytes, message: str, code: str, status: int = 502
 ) -> dict:
     result = await indexed_anyway(run.c, worker_name, file.dataset, file.filename, content)
     if result is not None:
         return result
-    raise Retry(message, code)
+    raise Retry(message, code, status)
 
 
 register_kind("upload", run_upload)

@@ -146,8 +146,11 @@ def test_the_events_stream_follows_the_job_to_its_end_from_another_tab(api, owne
     with api.stream("GET", f"/api/jobs/{job['id']}/events", headers=owner) as resp:
         assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
         seen = [(e, d) for e, d in events(resp.iter_lines()) if e != ":"]
-    assert seen and all(e == "job" for e, _ in seen)
+    assert seen[0][0] == "job" and seen[-1][0] == "job"
     assert seen[-1][1]["state"] == "done" and seen[-1][1]["files"][0]["chunks"] > 0
+    stages = [d["stage"] for e, d in seen if e == "progress"]
+    assert stages and stages[-1] in ("writing", "indexed"), stages
+    assert all(d["filename"] == "kettle.md" for e, d in seen if e == "progress")
 
 
 def test_wait_and_event_stream_keep_the_synchronous_answers_of_before(api, owner):
@@ -253,7 +256,12 @@ def test_a_gateway_killed_mid_job_finishes_it_after_restart_with_no_file_indexed
     stack, tmp_path, ollama_server
 ):
     worker, _shared_gateway = stack
-    env = {"JOB_STALE_S": "2", "JOB_HEARTBEAT_S": "0.5", "OLLAMA_HOST": ollama_server.url}
+    env = {
+        "JOB_STALE_S": "2",
+        "JOB_HEARTBEAT_S": "0.5",
+        "OLLAMA_HOST": ollama_server.url,
+        "MAX_UPLOADS_PER_USER": "10",
+    }
     own = tmp_path / "gw"
     (own / "index_store").mkdir(parents=True)
     scan = scanned_pdf(tmp_path / "ledger.pdf", 4)
