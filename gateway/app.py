@@ -38,6 +38,7 @@ from .headers import SecurityHeaders
 from .hosts import HostCheck
 from .indexes import builds, sharing
 from .indexes import routes as indexes
+from .jobs import routes as jobs
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
 from .quotas import TurnSlots, upload_slots
@@ -92,10 +93,14 @@ def create_app(settings: Settings | None = None) -> Starlette:
         sweeper = asyncio.create_task(
             lifecycle.sweep_forever(db, settings.turn_lock_stale_s), name="turn-sweeper"
         )
+        # Jobs: queued ones, and those left by a replica that died, are taken up now and whenever found later.
+        app.state.ctx.jobs.start()
         try:
             yield
         finally:
             sweeper.cancel()
+            # Running jobs are handed back (queued again, their committed files kept) for the next replica.
+            await app.state.ctx.jobs.stop()
             running = list(app.state.ctx.running)
             if running:
                 # Let turns in flight finish and be stored; past the grace they are stored as interrupted.
@@ -125,6 +130,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *v1.routes,
         *metrics.routes,
         *steplog.routes,
+        *jobs.routes,
     ]
     routes = [
         *api_routes,

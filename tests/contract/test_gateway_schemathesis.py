@@ -71,7 +71,9 @@ def fuzz_objects(gateway_url: str, token: str) -> None:
         docs = []
         for name in ("kept.md", "doomed.md"):
             text = f"# {name}\n\nThe {name} note names the heron.".encode()
-            r = api.post(f"/api/indexes/{index_id}/documents", files={"file": (name, text, "text/markdown")})
+            r = api.post(
+                f"/api/indexes/{index_id}/documents?wait=1", files={"file": (name, text, "text/markdown")}
+            )
             assert r.status_code == 201, r.text
             docs.append(r.json()["id"])
         chat = api.post("/api/chats", json={"index_ids": [index_id]})

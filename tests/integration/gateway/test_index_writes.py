@@ -105,7 +105,7 @@ def new_index(api, user, name) -> dict:
 
 def upload(api, user, index_id, name, content: bytes, dataset="default") -> httpx.Response:
     return api.post(
-        f"/api/indexes/{index_id}/documents",
+        f"/api/indexes/{index_id}/documents?wait=1",
         headers=user,
         data={"dataset": dataset},
         files={"file": (name, content, "text/markdown")},
