@@ -101,6 +101,14 @@ class Settings(BaseSettings):
     job_stale_s: float = Field(default=15.0, alias="JOB_STALE_S", gt=0)
     job_retention_days: float = Field(default=30.0, alias="JOB_RETENTION_DAYS", gt=0)
 
+    # Index sources (gateway/sync/): a folder source must lie inside one of SYNC_ROOTS (absolute folders, `:`-
+    # separated, symlinks followed; empty: no folder source is accepted). An S3 source names no endpoint (AWS)
+    # or one of SYNC_S3_ENDPOINTS (comma-separated URLs: a MinIO, a Ceph gateway); the gateway connects nowhere
+    # else. Each replica looks for sources whose schedule is due every SYNC_POLL_S seconds.
+    sync_roots: str = Field(default="", alias="SYNC_ROOTS")
+    sync_s3_endpoints: str = Field(default="", alias="SYNC_S3_ENDPOINTS")
+    sync_poll_s: float = Field(default=30.0, alias="SYNC_POLL_S", gt=0, le=3600)
+
     web_dir: Path = Field(default=REPO_ROOT / "web", alias="WEB_DIR")
 
     @field_validator("worker_api_key", mode="before")
@@ -110,6 +118,31 @@ class Settings(BaseSettings):
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
         return value
+
+    @field_validator("sync_roots")
+    @classmethod
+    def _roots_are_absolute(cls, value: str) -> str:
+        from contract.sync import parse_roots
+
+        parse_roots(value)  # ValueError names the entry that is not an absolute path
+        return value
+
+    @field_validator("sync_s3_endpoints")
+    @classmethod
+    def _endpoints_are_urls(cls, value: str) -> str:
+        for item in value.split(","):
+            item = item.strip()
+            if item and not item.startswith(("http://", "https://")):
+                raise ValueError(f"SYNC_S3_ENDPOINTS: {item!r} is not an http(s) URL")
+        return value
+
+    def resolved_sync_roots(self):
+        from contract.sync import parse_roots
+
+        return parse_roots(self.sync_roots)
+
+    def s3_endpoints(self) -> set[str]:
+        return {e.strip().rstrip("/") for e in self.sync_s3_endpoints.split(",") if e.strip()}
 
     @model_validator(mode="after")
     def _job_stale_after_heartbeats(self):
