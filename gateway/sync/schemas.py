@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from ..responses import Out
 from ..schemas import Body
@@ -31,9 +31,47 @@ def _prefix(value: str | None) -> str | None:
     return value
 
 
+ABSOLUTE = r"^/[^\x00-\x1f\x7f]*$"
+
+
+def _source_schema(schema: dict) -> None:
+    """The two kinds, for the OpenAPI document: a folder (a path, nothing of a bucket's) or a bucket (no path;
+    both credentials or neither). Whether a folder lies under SYNC_ROOTS and an endpoint is one of
+    SYNC_S3_ENDPOINTS is the operator's setting, checked by the route (400 `outside_roots`,
+    `endpoint_not_allowed`)."""
+    none_of = lambda *names: [{"not": {"required": [n]}} for n in names]  # noqa: E731
+    schema["oneOf"] = [
+        {
+            "properties": {"kind": {"const": "folder"}, "prefix": {"const": ""}},
+            "required": ["path"],
+            "allOf": none_of("bucket", "endpoint", "region", "access_key", "secret_key"),
+        },
+        {
+            "properties": {"kind": {"const": "s3"}},
+            "required": ["bucket"],
+            "allOf": none_of("path", "access_key", "secret_key"),
+        },
+        {
+            "properties": {"kind": {"const": "s3"}},
+            "required": ["bucket", "access_key", "secret_key"],
+            "allOf": none_of("path"),
+        },
+    ]
+
+
 class SourceCreate(Body):
+    """A folder source (`path`) or an S3 one (`bucket`, optionally `prefix`, `endpoint`, `region` and both keys)."""
+
+    model_config = ConfigDict(json_schema_extra=_source_schema)
+
     kind: Literal["folder", "s3"]
-    path: str | None = Field(default=None, min_length=1, max_length=1024, description="folder: absolute path")
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        json_schema_extra={"pattern": ABSOLUTE},
+        description="folder: an absolute path inside SYNC_ROOTS",
+    )
     bucket: str | None = Field(default=None, json_schema_extra={"pattern": BUCKET}, max_length=63)
     prefix: str = Field(default="", max_length=1024, description="s3: the key prefix synced ('' = all)")
     endpoint: str | None = Field(
@@ -69,7 +107,9 @@ class SourceCreate(Body):
 class SourceUpdate(Body):
     """Fields to change (the kind stays); `every: null` stops the schedule, a credential `null` forgets it."""
 
-    path: str | None = Field(default=None, min_length=1, max_length=1024)
+    path: str | None = Field(
+        default=None, min_length=1, max_length=1024, json_schema_extra={"pattern": ABSOLUTE}
+    )
     bucket: str | None = Field(default=None, json_schema_extra={"pattern": BUCKET}, max_length=63)
     prefix: str | None = Field(default=None, max_length=1024)
     endpoint: str | None = Field(default=None, max_length=512)

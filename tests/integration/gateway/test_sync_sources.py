@@ -298,6 +298,9 @@ def test_sources_of_an_index_are_404_to_others_and_read_only_to_readers(api, own
     assert api.get(f"{base}/{2**63}", headers=owner).status_code == 404
     assert api.get(f"{base}/{2**70}", headers=owner).status_code == 404
     assert api.get(one, headers=owner).json()["every"] is None  # nothing above changed it
+    assert api.delete(one, headers=owner).status_code == 204  # the owner may; then it is gone for everyone
+    assert api.get(one, headers=owner).status_code == 404
+    assert api.get(base, headers=stranger).json() == []
 
 
 def test_bad_and_hostile_source_definitions_are_4xx_json_and_write_nothing(api, owner, roots, s3):
