@@ -25,7 +25,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.db import Index, IndexDocument, Job
+from gateway.db import Index, IndexDocument, IndexSource, Job
 from gateway.settings import Settings
 from tests.integration.ops.postgres import database_urls, fresh_database
 from tests.servers import free_port
@@ -70,7 +70,7 @@ EDIT = (200, 200, 200, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401)  # whoe
 class Row:
     method: str
     path: (
-        str  # {index} {document} {grant} {group} {member} {chat} {model} {key} {spare} {job}: filled per cell
+        str  # {index} {document} {grant} {group} {member} {chat} {model} {key} {spare} {job} {source}: per cell
     )
     expect: tuple[int, ...]
     body: dict | Callable[[], dict] | None = None
@@ -103,6 +103,29 @@ ROWS = [
         "/api/indexes/{index}/documents",
         (Q, Q, Q, 404, 404, 404, 404, 401, 403, 401, 401, Q, 401),
         files=True,
+    ),
+    # Index sources (gateway/sync/): read by readers, changed and synced by editors.
+    Row("GET", "/api/indexes/{index}/sources", READ),
+    Row(
+        "POST",
+        "/api/indexes/{index}/sources",
+        (201, 201, 201, 404, 404, 404, 404, 401, 403, 401, 401, 201, 401),
+        {"kind": "s3", "bucket": "handbook-two"},
+        fresh=True,
+    ),
+    Row("GET", "/api/indexes/{index}/sources/{source}", READ),
+    Row("PATCH", "/api/indexes/{index}/sources/{source}", EDIT, {"prefix": "docs/"}),
+    Row(
+        "POST",
+        "/api/indexes/{index}/sources/{source}/sync",
+        (Q, Q, Q, 404, 404, 404, 404, 401, 403, 401, 401, Q, 401),
+        fresh=True,
+    ),
+    Row(
+        "DELETE",
+        "/api/indexes/{index}/sources/{source}",
+        (204, 204, 204, 404, 404, 404, 404, 401, 403, 401, 401, 204, 401),
+        fresh=True,
     ),
     Row("GET", "/api/jobs?index={index}", READ),
     Row("GET", "/api/jobs/{job}", READ),
@@ -369,6 +392,10 @@ def make_index(w: World, everyone: bool) -> dict:
         s.add(job)  # an upload the owner made, finished
         s.commit()
         job_id = job.id
+        source = IndexSource(index_id=index_id, kind="s3", bucket="handbook", created_by=w.ids["owner"])
+        s.add(source)  # a bucket it syncs from (on demand only)
+        s.commit()
+        source_id = source.id
     grants = w.call("owner", "GET", f"/api/indexes/{index_id}/grants").json()
     spare = next(g["id"] for g in grants if g["subject_name"] == "spare")
     return {
@@ -377,6 +404,7 @@ def make_index(w: World, everyone: bool) -> dict:
         "grant": spare,
         "model": f"rag/{worker_name}",
         "job": job_id,
+        "source": source_id,
     }
 
 
