@@ -69,9 +69,7 @@ EDIT = (200, 200, 200, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401)  # whoe
 @dataclass
 class Row:
     method: str
-    path: (
-        str  # {index} {document} {grant} {group} {member} {chat} {model} {key} {spare} {job} {source}: per cell
-    )
+    path: str  # {index} {document} {grant} {group} {member} {chat} {model} {key} {spare} {job} {source}: per cell
     expect: tuple[int, ...]
     body: dict | Callable[[], dict] | None = None
     fresh: bool = False  # the cell changes what it acts on: each cell gets its own copy of the index
