@@ -216,7 +216,9 @@ async def run_sync(run: JobRun) -> None:
         asyncio.run_coroutine_threadsafe(run.add_files([entry]), loop).result()
 
     def work() -> Summary:
-        return run_to_end(sync(source, target, state, should_stop=lambda: stop.is_set()), on_event)
+        return run_to_end(
+            sync(source, target, state, should_stop=lambda: stop.is_set() or run.cancelled.is_set()), on_event
+        )
 
     await run.progress(None, "listing")
     try:

@@ -198,3 +198,40 @@ def test_roots(tmp_path):
         Path(os.path.realpath(tmp_path)),
         Path(os.path.realpath(inside)),
     )
+
+
+class ForgetfulState:
+    """Records that are never written: a run killed before its bookkeeping was saved."""
+
+    def load(self):
+        return {}
+
+    def save(self, state):
+        pass
+
+
+def test_a_run_killed_before_saving_its_records_indexes_nothing_twice(setup):
+    folder, target, _ = setup
+    run_to_end(sync(FolderSource(folder), target, ForgetfulState()))
+    target.added.clear()
+    again = run_to_end(sync(FolderSource(folder), target, ForgetfulState()))
+    # Every file is read again (no records), found under its name with its bytes: unchanged, not sent again.
+    assert (again.added, again.changed, again.unchanged, again.hashed, target.added) == (0, 0, 3, 3, [])
+
+
+def test_a_file_that_cannot_be_read_keeps_its_document_and_the_run_goes_on(setup):
+    """A file listed but gone (or unreadable) when it is read: a per-file error; its document stays."""
+    folder, target, state = setup
+    run_to_end(sync(FolderSource(folder), target, state))
+    (folder / "b.md").write_text("beta, changed")
+    (folder / "team" / "e.md").write_text("epsilon")
+
+    class Vanishing(FolderSource):
+        def entries(self):
+            listed = list(super().entries())
+            (folder / "b.md").unlink()  # gone between the listing and the read
+            yield from listed
+
+    summary = run_to_end(sync(Vanishing(folder), target, state))
+    assert [(f["file"], f["code"]) for f in summary.failed] == [("b.md", "unreadable")]
+    assert summary.added == 1 and summary.removed == 0 and ("default", "b.md") in target.docs
