@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+import signal
 import time
 import uuid
 
+import httpx
 import pytest
 
 from tests.integration.gateway.helpers import register
@@ -350,3 +353,72 @@ def test_bad_and_hostile_source_definitions_are_4xx_json_and_write_nothing(api, 
     r = api.patch(f"{base}/{good['id']}", json={"every": -1}, headers=owner)
     assert r.status_code == 400
     assert api.get(f"{base}/{good['id']}", headers=owner).json()["path"] == str(roots / "allowed")
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/tesseract"), reason="tesseract is not installed")
+def test_a_gateway_killed_mid_sync_finishes_it_after_restart_with_no_file_indexed_twice(
+    stack, roots, tmp_path, ollama_server
+):
+    from tests.integration.gateway.test_jobs import scanned_pdf, table_of, worker_documents
+
+    worker, _shared = stack
+    folder = roots / "allowed" / f"crash-{uuid.uuid4().hex[:6]}"
+    folder.mkdir()
+    notes = {f"a-note-{n}.md": note(f"crash note {n}") for n in range(3)}  # listed first: in before the kill
+    for name, content in notes.items():
+        (folder / name).write_bytes(content)
+    scanned_pdf(folder / "z-ledger.pdf", 2)  # listed last: being converted when the gateway dies
+    env = {
+        "JOB_STALE_S": "2",
+        "JOB_HEARTBEAT_S": "0.5",
+        "OLLAMA_HOST": ollama_server.url,
+        "SYNC_ROOTS": str(roots / "allowed"),
+    }
+    own = tmp_path / "gw"
+    (own / "index_store").mkdir(parents=True)
+    proc = gateway_process(own, worker_url=worker.url, env=env)
+    port = proc.port
+    proc.start()
+    try:
+        with httpx.Client(base_url=proc.url, timeout=120) as api:
+            user = register(api, "sync-crash-owner")
+            index = new_index(api, user)
+            source = api.post(
+                f"/api/indexes/{index['id']}/sources",
+                json={"kind": "folder", "path": str(folder)},
+                headers=user,
+            ).json()
+            job = api.post(f"/api/indexes/{index['id']}/sources/{source['id']}/sync", headers=user).json()
+            deadline = time.monotonic() + 120
+            stage = None
+            while time.monotonic() < deadline:
+                files = api.get(f"/api/jobs/{job['id']}", headers=user).json()["files"]
+                ledger = [f for f in files if f["filename"] == "z-ledger.pdf"]
+                stage = ledger[0]["stage"] if ledger else None
+                if stage in ("converting", "ocr"):
+                    break
+                time.sleep(0.1)
+            assert stage in ("converting", "ocr"), files
+        os.killpg(proc.proc.pid, signal.SIGKILL)
+        proc.proc.wait(timeout=10)
+
+        proc = gateway_process(own, worker_url=worker.url, env=env, port=port)
+        proc.start()
+        with httpx.Client(base_url=proc.url, timeout=120) as api:
+            end = finished(api, user, job["id"], timeout=300)
+            assert end["state"] == "done" and end["attempts"] >= 2, end
+            docs = documents(api, user, index["id"])
+            assert sorted(name for _ds, name in docs) == sorted([*notes, "z-ledger.pdf"])
+            # The notes were in before the crash: the run after it found them unchanged, sent nothing again.
+            assert [
+                f["filename"] for f in end["files"] if f["state"] == "done" and f["stage"] == "done"
+            ].count("a-note-0.md") == 1
+        table = table_of(own / "index_store" / "gateway.db", index["id"])
+        listed = worker_documents(worker, table)
+        assert sorted(d["filename"] for d in listed) == sorted([*notes, "z-ledger.pdf"])  # each once
+        by_name = {d["filename"]: d for d in listed}
+        for name, content in notes.items():
+            assert by_name[name]["document_id"] == sha(content)
+            assert docs[("default", name)]["chunks"] == by_name[name]["chunks"]
+    finally:
+        proc.stop()
