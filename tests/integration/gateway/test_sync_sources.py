@@ -174,6 +174,11 @@ def test_folder_source_add_change_delete_between_two_runs(api, owner, roots):
     third = sync_now(api, owner, index["id"], source["id"])
     assert third["state"] == "done" and third["files"] == []  # nothing changed: nothing to do
 
+    # Deleting the index takes its sources and their records with it (the folder is left as it is).
+    assert api.delete(f"/api/indexes/{index['id']}", headers=owner).status_code == 204
+    assert api.get(f"/api/indexes/{index['id']}/sources/{source['id']}", headers=owner).status_code == 404
+    assert (folder / "alpha.md").read_bytes() == note("alpha revised")
+
 
 def test_s3_source_with_write_only_credentials(api, owner, s3):
     import boto3
