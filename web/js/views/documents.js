@@ -258,6 +258,7 @@ export class DocumentsView {
       this.table,
     );
     this.uploads.showIn(this.uploadList);
+    this.uploads.resume(this.indexId); // uploads being indexed, sent from here before or from elsewhere
     this.renderTable();
     if (index.status === "building") this.followBuild(false);
   }
