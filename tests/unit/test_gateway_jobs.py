@@ -6,6 +6,7 @@ hand-back on a clean stop, retention, and the settings' own rule. A kind is regi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
 import pytest
@@ -17,12 +18,20 @@ from gateway.context import Context
 from gateway.db import Database, Index, Job, JobFile, User, utcnow
 from gateway.jobs import FileFailed, JobRun, Retry, queue_job, register_kind, store
 from gateway.settings import Settings
+from tests.integration.ops.postgres import database_urls, fresh_database
 
 
-@pytest.fixture
-def ctx(tmp_path):
+@pytest.fixture(params=database_urls(), ids=lambda url: url.split(":", 1)[0].split("+")[0])
+def ctx(request, tmp_path):
+    with contextlib.ExitStack() as stack:
+        url = "" if request.param == "sqlite" else stack.enter_context(fresh_database(request.param))
+        yield from make_ctx(tmp_path, url)
+
+
+def make_ctx(tmp_path, url: str):
     settings = Settings(
         INDEX_STORE=tmp_path / "store",
+        DATABASE_URL=url,
         JOB_HEARTBEAT_S=0.05,
         JOB_STALE_S=0.5,
         JOB_FILE_RETRIES=3,

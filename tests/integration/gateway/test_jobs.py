@@ -205,6 +205,15 @@ def test_another_users_job_is_a_404_on_every_job_route(api, owner, stranger):
     assert finished(api, owner, job["id"])["state"] == "done"  # the stranger's cancel did nothing
 
 
+def test_deleting_an_index_deletes_its_jobs(api, owner):
+    index = new_index(api, owner)
+    job = upload(api, owner, index["id"], "gone.md", note("gone")).json()
+    assert finished(api, owner, job["id"])["state"] == "done"
+    assert api.delete(f"/api/indexes/{index['id']}", headers=owner).status_code == 204
+    assert api.get(f"/api/jobs/{job['id']}", headers=owner).status_code == 404
+    assert job["id"] not in [j["id"] for j in api.get("/api/jobs", headers=owner).json()["jobs"]]
+
+
 @pytest.mark.parametrize(
     "query, field",
     [
