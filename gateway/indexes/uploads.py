@@ -6,14 +6,16 @@ Older clients: `?wait=1` answers as before, `201` with the stored document (or t
 `Accept: text/event-stream` streams the file's `progress` events (stage: converting, chunking, embedding,
 writing) and ends with `done` (the stored document) or `error`. Either way, leaving early loses nothing.
 
-A refusal before any work (not the user's index, too large, empty, not multipart) is a JSON 4xx either way; a
-refusal by the worker (an unsupported type) is the job's failure (and the 4xx of `?wait=1`).
+A refusal before any work (not the user's index, too large, empty, not multipart) is a JSON 4xx either way and
+stores nothing; a refusal by the worker (an unsupported type) is the job's failure: the 4xx of `?wait=1`, and of
+the event stream when it comes before any progress (within REFUSAL_WAIT_S).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 
 from sqlalchemy import func
@@ -39,6 +41,9 @@ from .records import document_json
 log = logging.getLogger("gateway.uploads")
 
 WAIT_POLL_S = 0.25
+# How long an upload streamed to the web waits for its job's first progress before it answers: a refusal by the
+# worker before any work (an unsupported type) comes back in that time, and is a JSON 4xx as it was before jobs.
+REFUSAL_WAIT_S = 2.0
 
 
 async def read_upload(request: Request, c: Context) -> tuple[UploadFile, str]:
@@ -102,6 +107,13 @@ async def _upload(request: Request, c: Context, user, index, slot) -> Response:
     q = c.jobs.listen(job.id)  # before the job can start: this stream sees its every stage
     c.jobs.poke()
     if wants_events(request):  # the web: the file's stages as they happen, then the document row
+        try:
+            ended = await refused_at_once(c, job.id, q)
+            if ended is not None:
+                uploaded_or_raise(c, ended)  # a refusal before any work (an unsupported type): a JSON 4xx
+        except BaseException:
+            c.jobs.unlisten(job.id, q)
+            raise
         return relayed(follow_upload(c, job.id, q), lambda: c.jobs.unlisten(job.id, q))
     c.jobs.unlisten(job.id, q)
     if wait:  # the synchronous answer of before: 201 with the document, or the refusal
@@ -131,6 +143,19 @@ async def wait_for_job(c: Context, job_id: int) -> tuple[Job, list[JobFile]]:
         if job is None or job.state in FINISHED:
             return job, files
         await asyncio.sleep(WAIT_POLL_S)
+
+
+async def refused_at_once(c: Context, job_id: int, q) -> tuple[Job, list[JobFile]] | None:
+    """The job's rows when it failed with a refusal (a 4xx of the worker's) before its first progress event,
+    within REFUSAL_WAIT_S; None once it shows progress, ends otherwise, or is still waiting its turn."""
+    deadline = time.monotonic() + REFUSAL_WAIT_S
+    while time.monotonic() < deadline and q.empty():
+        job, files = await in_thread(job_rows, c, job_id)
+        if job is None or job.state in FINISHED:
+            refused = job is not None and files and files[0].status and 400 <= files[0].status < 500
+            return (job, files) if refused else None
+        await asyncio.sleep(0.05)
+    return None
 
 
 def job_rows(c: Context, job_id: int) -> tuple[Job | None, list[JobFile]]:

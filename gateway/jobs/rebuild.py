@@ -23,7 +23,6 @@ from .runner import JobFailed, JobRun, register_kind
 log = logging.getLogger("gateway.jobs")
 
 END_STAGES = {"indexed": "done", "unchanged": "done", "failed": "failed"}
-MAX_TRIES = 3
 
 
 def mark_building(c, index_id: int) -> str | None:
@@ -49,7 +48,8 @@ async def run_rebuild(run: JobRun) -> None:
     succeeded = False
     metrics.BUILDS_RUNNING.inc()
     try:
-        for attempt in range(1, MAX_TRIES + 1):
+        tries = c.settings.job_file_retries  # passes, for a build
+        for attempt in range(1, tries + 1):
             run.check()
             try:
                 ended = await run.guard(one_pass(run, worker_name, rebuild, prune, known))
@@ -58,14 +58,14 @@ async def run_rebuild(run: JobRun) -> None:
             except (ApiError, WorkerStreamBroken) as exc:
                 message = getattr(exc, "message", str(exc))
                 log.warning("job %s: build pass %d broke: %s", run.job.id, attempt, message)
-                if attempt == MAX_TRIES:
+                if attempt == tries:
                     raise JobFailed(
                         f"gave up after {attempt} tries: {message}", "worker_unavailable"
                     ) from None
                 await asyncio.sleep(min(2.0**attempt, 10.0))
                 continue
             if ended is None:  # the stream ended without done/error: the worker went away
-                if attempt == MAX_TRIES:
+                if attempt == tries:
                     raise JobFailed("the worker's stream ended before the build finished", "interrupted")
                 continue
             if ended.get("error"):

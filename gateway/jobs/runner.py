@@ -24,6 +24,7 @@ log = logging.getLogger("gateway.jobs")
 
 POLL_S = 1.0  # how often a replica looks for jobs it may take (queued elsewhere, or left by a dead owner)
 SWEEP_S = 600.0  # how often finished jobs past their retention, and stored files no job needs, are removed
+RETRY_PAUSE_S = 1.0  # the pause before a file's second try; it doubles for each further one (at most 10 s)
 ORPHAN_AGE_S = 3600.0  # a stored upload no unfinished job names is removed once this old
 PROGRESS_WRITE_S = 0.5
 FEED_HISTORY = 500  # progress events of a running job kept for followers on this replica that join late  # progress of one file (not its stage changes) is written at most this often
@@ -183,7 +184,7 @@ class JobRun:
                         await self._give_up(file, exc.message)
                         break
                     await self._note(file, exc.message, exc.code)
-                    await asyncio.sleep(min(2.0 ** (file.attempts - 1), 10.0))
+                    await asyncio.sleep(min(RETRY_PAUSE_S * 2.0 ** (file.attempts - 1), 10.0))
                     continue
                 except FileFailed as exc:
                     await self._end_file(file, "failed", exc.message, exc.code, exc.status)

@@ -19,10 +19,12 @@ import time
 import uuid
 
 import httpx
+import psutil
 import pytest
 
 from tests.integration.gateway.helpers import DUCK, events, register
-from tests.servers import gateway_process
+from tests.ollama_server import OLLAMA_ENV
+from tests.servers import gateway_process, worker_process
 
 
 def new_index(api, user, name=None) -> dict:
@@ -203,6 +205,15 @@ def test_another_users_job_is_a_404_on_every_job_route(api, owner, stranger):
     assert finished(api, owner, job["id"])["state"] == "done"  # the stranger's cancel did nothing
 
 
+def test_deleting_an_index_deletes_its_jobs(api, owner):
+    index = new_index(api, owner)
+    job = upload(api, owner, index["id"], "gone.md", note("gone")).json()
+    assert finished(api, owner, job["id"])["state"] == "done"
+    assert api.delete(f"/api/indexes/{index['id']}", headers=owner).status_code == 204
+    assert api.get(f"/api/jobs/{job['id']}", headers=owner).status_code == 404
+    assert job["id"] not in [j["id"] for j in api.get("/api/jobs", headers=owner).json()["jobs"]]
+
+
 @pytest.mark.parametrize(
     "query, field",
     [
@@ -315,3 +326,72 @@ def test_a_gateway_killed_mid_job_finishes_it_after_restart_with_no_file_indexed
             assert stat.S_IMODE(stored.stat().st_mode) == 0o700
     finally:
         proc.stop()
+
+
+# --- cancel, and a worker killed mid-file -----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/tesseract"), reason="tesseract is not installed")
+def test_cancelling_a_running_upload_ends_its_conversion_and_records_nothing(stack, api, owner, tmp_path):
+    from tests.integration.ingest.test_hostile_files import conversion_job
+
+    worker, _gateway = stack
+    index = new_index(api, owner)
+    scan = scanned_pdf(tmp_path / "long.pdf", 8)
+    job = upload(api, owner, index["id"], "long.pdf", scan.read_bytes()).json()
+    child = conversion_job(worker, timeout=120)  # the worker's conversion of it, in a child process
+    r = api.post(f"/api/jobs/{job['id']}/cancel", headers=owner)
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "cancelled", r.json()
+    assert r.json()["files"][0]["state"] == "cancelled"
+    child.wait(timeout=30)  # the conversion ended with the job
+    assert not child.is_running()
+    assert documents(api, owner, index["id"]) == {}
+    assert api.get(f"/api/indexes/{index['id']}", headers=owner).json()["document_count"] == 0
+    again = api.post(
+        f"/api/jobs/{job['id']}/cancel", headers=owner
+    )  # cancelling an ended job changes nothing
+    assert again.status_code == 200 and again.json()["state"] == "cancelled"
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/tesseract"), reason="tesseract is not installed")
+def test_a_worker_killed_mid_file_is_retried_and_a_dead_one_fails_the_file_after_bounded_tries(
+    tmp_path, ollama_server
+):
+    from tests.integration.ingest.test_hostile_files import conversion_job
+
+    worker_env = {"OLLAMA_HOST": ollama_server.url, "TORCH_THREADS": "1", **OLLAMA_ENV}
+    env = {"JOB_FILE_RETRIES": "2", "OLLAMA_HOST": ollama_server.url}
+    scan = scanned_pdf(tmp_path / "ledger.pdf", 3)
+    with (
+        worker_process(tmp_path, env=worker_env) as worker,
+        gateway_process(tmp_path, worker_url=worker.url, env=env) as gateway,
+        httpx.Client(base_url=gateway.url, timeout=120) as api,
+    ):
+        user = register(api, "worker-crash")
+        index = new_index(api, user, "worker-crash")
+        job = upload(api, user, index["id"], "ledger.pdf", scan.read_bytes()).json()
+        conversion_job(worker, timeout=120)
+        # The gunicorn worker dies mid-file (with its conversion); the master starts a new one.
+        for child in psutil.Process(worker.proc.pid).children():
+            child.kill()
+        end = finished(api, user, job["id"], timeout=300)
+        assert end["state"] == "done", end
+        (file,) = end["files"]
+        assert file["attempts"] == 2 and file["chunks"] > 0, file
+        table = table_of(tmp_path / "index_store" / "gateway.db", index["id"])
+        listed = worker_documents(worker, table)
+        assert [(d["filename"], d["document_id"], d["chunks"]) for d in listed] == [
+            ("ledger.pdf", hashlib.sha256(scan.read_bytes()).hexdigest(), file["chunks"])
+        ]
+
+        # No worker at all: each try fails, and after JOB_FILE_RETRIES the file fails with the reason.
+        worker.stop()
+        lost = upload(api, user, index["id"], "lost.md", note("lost")).json()
+        end = finished(api, user, lost["id"], timeout=120)
+        assert end["state"] == "failed", end
+        (file,) = end["files"]
+        assert file["state"] == "failed" and file["attempts"] == 2
+        assert file["error"].startswith("gave up after 2 tries: ") and file["code"] == "worker_unavailable"
+        assert end["error"] == file["error"]
+        assert sorted(name for _ds, name in documents(api, user, index["id"])) == ["ledger.pdf"]
