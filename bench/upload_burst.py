@@ -162,7 +162,7 @@ def main() -> None:
             def send() -> httpx.Response:
                 with httpx.Client(base_url=gateway.url, timeout=600) as one:
                     return one.post(
-                        f"/api/indexes/{index_id}/documents",
+                        f"/api/indexes/{index_id}/documents?wait=1",
                         headers=user,
                         data={"dataset": "default"},
                         files={"file": (f"note-{i:02d}.md", note("g", round_no, i), "text/markdown")},

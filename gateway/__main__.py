@@ -19,6 +19,7 @@ def serve(argv: list[str]) -> int:
 
     from contract.observe import configure, log_format
     from gateway.app import create_app
+    from gateway.serving import PROTOCOL
     from gateway.settings import Settings
 
     # Plain lines, or LOG_FORMAT=json: one object a line with the request's context (contract/observe.py).
@@ -33,6 +34,8 @@ def serve(argv: list[str]) -> int:
         log_level=args.log_level,
         # The app reads X-Forwarded-* itself (gateway.proxy): only the right-most untrusted hop is believed.
         proxy_headers=False,
+        # A request sent whole and then half-closed by its client is still read and answered (gateway/serving.py).
+        http=PROTOCOL,
         timeout_graceful_shutdown=35,
         # JSON: uvicorn's lines go through the root logger's JSON handler, and its access line of raw paths
         # gives way to the gateway's own (route template, status, duration, request id).

@@ -38,10 +38,12 @@ from .headers import SecurityHeaders
 from .hosts import HostCheck
 from .indexes import builds, sharing
 from .indexes import routes as indexes
+from .jobs import routes as jobs
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
 from .quotas import TurnSlots, upload_slots
 from .settings import Settings
+from .sync import routes as sync_sources
 from .turns import routes as turns
 from .turns import steplog
 from .web import WebFiles
@@ -92,10 +94,19 @@ def create_app(settings: Settings | None = None) -> Starlette:
         sweeper = asyncio.create_task(
             lifecycle.sweep_forever(db, settings.turn_lock_stale_s), name="turn-sweeper"
         )
+        # Jobs: queued ones, and those left by a replica that died, are taken up now and whenever found later.
+        app.state.ctx.jobs.start()
+        # Sources with a schedule (gateway/sync/schedule.py): each replica polls; one claims each due run.
+        from .sync.schedule import schedule_forever
+
+        scheduler = asyncio.create_task(schedule_forever(app.state.ctx), name="sync-scheduler")
         try:
             yield
         finally:
             sweeper.cancel()
+            scheduler.cancel()
+            # Running jobs are handed back (queued again, their committed files kept) for the next replica.
+            await app.state.ctx.jobs.stop()
             running = list(app.state.ctx.running)
             if running:
                 # Let turns in flight finish and be stored; past the grace they are stored as interrupted.
@@ -114,6 +125,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *turns.routes,
         *builds.routes,  # before indexes: the build routes live there
         *indexes.routes,
+        *sync_sources.routes,
         *sharing.routes,
         *groups.routes,
         *audit.routes,
@@ -125,6 +137,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         *v1.routes,
         *metrics.routes,
         *steplog.routes,
+        *jobs.routes,
     ]
     routes = [
         *api_routes,

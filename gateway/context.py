@@ -53,6 +53,17 @@ class Context:
     turns: dict[int, Any] = field(default_factory=dict)
     # Index builds this process runs (gateway/indexes/builds.py), by index id.
     builds: dict[int, Any] = field(default_factory=dict)
+    # The background job runner of this process (gateway/jobs/runner.py), made on first use.
+    job_runner: Any = None
+
+    @property
+    def jobs(self):
+        if self.job_runner is None:
+            from .jobs import kinds  # noqa: F401  (registers the kinds)
+            from .jobs.runner import JobRunner
+
+            self.job_runner = JobRunner(self)
+        return self.job_runner
 
 
 def ctx(request: Request) -> Context:

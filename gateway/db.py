@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Column,
     Connection,
     Engine,
@@ -264,6 +265,119 @@ class TurnStep(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, index=True)
 
 
+class Job(SQLModel, table=True):
+    """One piece of background work on an index (gateway/jobs/): an upload, a rebuild, a sync run. `state` is
+    queued | running | done | failed | cancelled. While it runs, `owner` (a replica) refreshes `heartbeat_at`; a
+    heartbeat older than JOB_STALE_S means the owner died and any replica may take the job over (the rule running
+    turns use). A cancel asked for on any replica is `cancel_at`; the owner reads it with its heartbeat."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (SqlIndex("ix_jobs_state_index", "state", "index_id"),)
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(max_length=32)
+    index_id: int = Field(
+        sa_column=Column(Integer, ForeignKey("indexes.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    user_id: int | None = Field(default=None, index=True)
+    state: str = Field(default="queued", max_length=16)
+    stage: str = Field(default="", max_length=64)  # what it does now, in a word (the running file's stage)
+    params: dict = json_dict_column()  # the kind's own: {"rebuild": true}, a source id, ...
+    total: int = 0  # files known so far
+    done: int = 0  # files committed
+    failed: int = 0  # files that failed for good
+    error: str | None = None
+    code: str | None = Field(default=None, max_length=64)
+    owner: str | None = Field(default=None, max_length=64)
+    heartbeat_at: datetime | None = None
+    cancel_at: datetime | None = None
+    attempts: int = 0  # how many times a replica started (or took over) the job
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class JobFile(SQLModel, table=True):
+    """One file of a job, in order: `state` pending | running | done | failed | cancelled, its last `stage`, the
+    tries so far (counted before each try, so a crash mid-file counts), and once committed the document it made.
+    `stored` is the job's own copy of an uploaded file (JOBS_DIR), removed when the job ends."""
+
+    __tablename__ = "job_files"
+    __table_args__ = (UniqueConstraint("job_id", "position", name="uq_job_files_position"),)
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(
+        sa_column=Column(Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    position: int
+    dataset: str = Field(default="default", max_length=64)
+    filename: str = Field(max_length=255)
+    content_type: str | None = Field(default=None, max_length=255)
+    stored: str | None = Field(default=None, max_length=1024)
+    bytes: int = 0
+    state: str = Field(default="pending", max_length=16)
+    stage: str = Field(default="", max_length=64)
+    attempts: int = 0
+    error: str | None = None
+    code: str | None = Field(default=None, max_length=64)
+    status: int | None = None  # the HTTP status of a refusal (the worker's 4xx), for `?wait=1` answers
+    document_id: str | None = Field(default=None, max_length=128)
+    chunks: int | None = None
+    replaced: bool = False
+    detail: dict = json_dict_column()
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class IndexSource(SQLModel, table=True):
+    """Where an index's documents come from and are kept in step with (gateway/sync/): a server folder under
+    SYNC_ROOTS (`path`) or an S3-compatible bucket and prefix. The credentials are the gateway's: written by the
+    API, never returned by it. `every` minutes (None: on demand only) sets `next_run_at`, which the replicas'
+    schedulers claim with one conditional UPDATE, so a due source is queued once whatever the replica count."""
+
+    __tablename__ = "index_sources"
+    id: int | None = Field(default=None, primary_key=True)
+    index_id: int = Field(
+        sa_column=Column(Integer, ForeignKey("indexes.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    kind: str = Field(max_length=16)  # folder | s3
+    path: str | None = Field(default=None, max_length=1024)
+    bucket: str | None = Field(default=None, max_length=63)
+    prefix: str = Field(default="", max_length=1024)
+    endpoint: str | None = Field(default=None, max_length=512)
+    region: str | None = Field(default=None, max_length=64)
+    access_key: str | None = Field(default=None, max_length=256)
+    secret_key: str | None = Field(default=None, max_length=1024)
+    every: int | None = None  # minutes between scheduled runs
+    next_run_at: datetime | None = Field(default=None, index=True)
+    last_job_id: int | None = None
+    last_summary: dict = (
+        json_dict_column()
+    )  # the last run's counts: added, changed, removed, unchanged, failed
+    created_by: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class IndexSourceFile(SQLModel, table=True):
+    """What a source's syncs wrote: per source path, the size and stamp seen and the hash indexed under
+    (dataset, filename), so an unchanged file is not read again and only a document the source wrote is removed
+    when its file goes (contract/sync.py)."""
+
+    __tablename__ = "index_source_files"
+    __table_args__ = (UniqueConstraint("source_id", "path", name="uq_index_source_files_path"),)
+    id: int | None = Field(default=None, primary_key=True)
+    source_id: int = Field(
+        sa_column=Column(
+            Integer, ForeignKey("index_sources.id", ondelete="CASCADE"), nullable=False, index=True
+        )
+    )
+    path: str = Field(max_length=1024)
+    size: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, default=0))
+    stamp: str = Field(default="", max_length=200)
+    sha256: str = Field(default="", max_length=64)
+    dataset: str = Field(default="default", max_length=64)
+    filename: str = Field(max_length=255)
+
+
 class SchemaMigration(SQLModel, table=True):
     __tablename__ = "schema_migrations"
     version: int = Field(primary_key=True)
@@ -379,6 +493,18 @@ def _feedback(conn: Connection) -> None:
     migrate_feedback(conn)
 
 
+def _jobs(conn: Connection) -> None:
+    """Background jobs (uploads, rebuilds, syncs) and their files (gateway/jobs/)."""
+    for model in (Job, JobFile):
+        model.__table__.create(conn, checkfirst=True)
+
+
+def _index_sources(conn: Connection) -> None:
+    """Sources an index syncs from (folders, buckets) and what their syncs wrote (gateway/sync/)."""
+    for model in (IndexSource, IndexSourceFile):
+        model.__table__.create(conn, checkfirst=True)
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
@@ -390,6 +516,12 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (7, "API keys per user", _api_keys),
     (8, "the step log: each finished turn's steps in turn_steps", _step_log),
     (9, "ratings of answers (feedback) and the indexes they drew on", _feedback),
+    (10, "jobs: uploads, rebuilds and syncs in the background, with their files", _jobs),
+    (
+        11,
+        "index sources: folders and buckets an index syncs from, and what their syncs wrote",
+        _index_sources,
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

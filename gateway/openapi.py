@@ -39,7 +39,7 @@ def _path(id_names: tuple[str, ...], schemas: dict[str, dict] | None = None) -> 
 def _models(ops: list[Operation]) -> list[type[BaseModel]]:
     seen: dict[type[BaseModel], None] = {DocumentOut: None, ErrorBody: None}
     for op in ops:
-        for item in (op.body, op.answer, op.error):
+        for item in (op.body, op.answer, op.error, *(a for a, _d in (op.others or {}).values())):
             model = item[0] if isinstance(item, list) else item
             if isinstance(model, type) and issubclass(model, BaseModel):
                 seen[model] = None
@@ -92,6 +92,8 @@ def _operation(route: ApiRoute) -> dict:
         responses[str(code)] = {**ok, "description": "success (it was there already)"}
     for code in op.empty:
         responses[str(code)] = {"description": "nothing to send"}
+    for code, (answer, description) in (op.others or {}).items():
+        responses[str(code)] = {"description": description, "content": _content(answer)}
     codes = set(op.errors)
     if op.body is not None:
         codes |= {400, 413}  # a body that is not valid JSON, a wrong field; bodies past the size limit

@@ -40,6 +40,9 @@ class Operation:
     # parameters that are not row ids.
     error: type[BaseModel] | None = None
     params: dict[str, dict] | None = None
+    # Other successes with another body: {status: (model or content, description)} (an upload's 202 job
+    # beside its `?wait=1` 201 document).
+    others: dict[int, tuple[Any, str]] | None = None
 
 
 class ApiRoute(Route):

@@ -7,7 +7,7 @@ import secrets
 import time
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +89,25 @@ class Settings(BaseSettings):
     turn_heartbeat_s: float = Field(default=1.0, alias="TURN_HEARTBEAT_S", gt=0)
     turn_save_tokens: int = Field(default=50, alias="TURN_SAVE_TOKENS", gt=0)
     keepalive_s: float = Field(default=15.0, alias="SSE_KEEPALIVE_S")
+    # Background jobs (gateway/jobs/): an upload is stored in JOBS_DIR (empty: INDEX_STORE/jobs; files 0600)
+    # until its job ends. At most JOB_PARALLEL jobs run at once in one replica, of different indexes (one index
+    # runs one job at a time); a file whose try broke (the worker died, its stream broke) is tried at most
+    # JOB_FILE_RETRIES times in all. The owner refreshes its heartbeat every JOB_HEARTBEAT_S; one older than
+    # JOB_STALE_S means it died, and any replica takes the job over. Finished jobs are kept JOB_RETENTION_DAYS.
+    jobs_dir: Path | None = Field(default=None, alias="JOBS_DIR")
+    job_parallel: int = Field(default=2, alias="JOB_PARALLEL", ge=1, le=64)
+    job_file_retries: int = Field(default=3, alias="JOB_FILE_RETRIES", ge=1, le=20)
+    job_heartbeat_s: float = Field(default=1.0, alias="JOB_HEARTBEAT_S", gt=0, le=60)
+    job_stale_s: float = Field(default=15.0, alias="JOB_STALE_S", gt=0)
+    job_retention_days: float = Field(default=30.0, alias="JOB_RETENTION_DAYS", gt=0)
+
+    # Index sources (gateway/sync/): a folder source must lie inside one of SYNC_ROOTS (absolute folders, `:`-
+    # separated, symlinks followed; empty: no folder source is accepted). An S3 source names no endpoint (AWS)
+    # or one of SYNC_S3_ENDPOINTS (comma-separated URLs: a MinIO, a Ceph gateway); the gateway connects nowhere
+    # else. Each replica looks for sources whose schedule is due every SYNC_POLL_S seconds.
+    sync_roots: str = Field(default="", alias="SYNC_ROOTS")
+    sync_s3_endpoints: str = Field(default="", alias="SYNC_S3_ENDPOINTS")
+    sync_poll_s: float = Field(default=30.0, alias="SYNC_POLL_S", gt=0, le=3600)
 
     web_dir: Path = Field(default=REPO_ROOT / "web", alias="WEB_DIR")
 
@@ -100,6 +119,39 @@ class Settings(BaseSettings):
             return None
         return value
 
+    @field_validator("sync_roots")
+    @classmethod
+    def _roots_are_absolute(cls, value: str) -> str:
+        from contract.sync import parse_roots
+
+        parse_roots(value)  # ValueError names the entry that is not an absolute path
+        return value
+
+    @field_validator("sync_s3_endpoints")
+    @classmethod
+    def _endpoints_are_urls(cls, value: str) -> str:
+        for item in value.split(","):
+            item = item.strip()
+            if item and not item.startswith(("http://", "https://")):
+                raise ValueError(f"SYNC_S3_ENDPOINTS: {item!r} is not an http(s) URL")
+        return value
+
+    def resolved_sync_roots(self):
+        from contract.sync import parse_roots
+
+        return parse_roots(self.sync_roots)
+
+    def s3_endpoints(self) -> set[str]:
+        return {e.strip().rstrip("/") for e in self.sync_s3_endpoints.split(",") if e.strip()}
+
+    @model_validator(mode="after")
+    def _job_stale_after_heartbeats(self):
+        if self.job_stale_s < 2 * self.job_heartbeat_s:
+            raise ValueError(
+                "JOB_STALE_S must be at least twice JOB_HEARTBEAT_S: a live job's owner would look dead"
+            )
+        return self
+
     def origins(self) -> set[str]:
         return {o.strip().rstrip("/").lower() for o in self.allowed_origins.split(",") if o.strip()}
 
@@ -107,6 +159,9 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.index_store / 'gateway.db').resolve()}"
+
+    def resolved_jobs_dir(self) -> Path:
+        return (self.jobs_dir or self.index_store / "jobs").resolve()
 
     def resolved_jwt_secret(self) -> str:
         """JWT_SECRET, or one created once in the data folder and reused, so restarts keep sessions valid."""

@@ -1,4 +1,5 @@
-"""Command line: `python -m rag_worker serve [--port 8001]` and `python -m rag_worker index FOLDER --index NAME`."""
+"""Command line: `python -m rag_worker serve [--port 8001]`, `python -m rag_worker index FOLDER --index NAME` and
+`python -m rag_worker sync FOLDER --index NAME`."""
 
 from __future__ import annotations
 
@@ -86,6 +87,12 @@ def index(argv: list[str]) -> int:
     return main(argv)
 
 
+def sync(argv: list[str]) -> int:
+    from rag_worker.ingest.sync import main
+
+    return main(argv)
+
+
 # What the worker writes (uploaded originals, LanceDB tables, overviews, the converted model) is readable by its
 # own user only: folders 0700, files 0600. The gateway's container runs as the same user (deploy/Dockerfile.*).
 PRIVATE_UMASK = 0o077
@@ -94,9 +101,9 @@ PRIVATE_UMASK = 0o077
 def main(argv: list[str] | None = None) -> int:
     os.umask(PRIVATE_UMASK)
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"serve": serve, "index": index}
+    commands = {"serve": serve, "index": index, "sync": sync}
     if not argv or argv[0] not in commands:
-        print("usage: python -m rag_worker {serve,index} ...", file=sys.stderr)
+        print("usage: python -m rag_worker {serve,index,sync} ...", file=sys.stderr)
         return 2
     return commands[argv[0]](argv[1:]) or 0
 

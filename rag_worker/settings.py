@@ -25,6 +25,10 @@ class Settings(BaseSettings):
 
     index_store: Path = Field(default=Path("./index_store"), alias="INDEX_STORE")
     uploads_dir: Path = Field(default=Path("./shared_uploads"), alias="UPLOADS_DIR")
+    # Folders `python -m rag_worker sync` may sync (absolute, `:`-separated; symlinks followed). Empty: any
+    # folder the shell's user names (the gateway's SYNC_ROOTS, which its API's folder sources obey, has no such
+    # default: there, empty means none).
+    sync_roots_raw: str = Field(default="", alias="SYNC_ROOTS")
 
     ollama_host: str = Field(default="http://localhost:11434", alias="OLLAMA_HOST")
     llm_backend: Literal["auto", "ollama", "local", "openai"] = Field(default="auto", alias="LLM_BACKEND")
@@ -174,6 +178,20 @@ class Settings(BaseSettings):
     # grounding check embeds every sentence of the passages a turn retrieved, and popular passages recur.
     # About 1.6 KB each with MiniLM (384 floats and the text).
     text_cache_size: int = Field(default=20_000, ge=0, alias="TEXT_CACHE_SIZE")
+
+    @field_validator("sync_roots_raw")
+    @classmethod
+    def _roots_are_absolute(cls, value: str) -> str:
+        from contract.sync import parse_roots
+
+        parse_roots(value)  # ValueError names the entry that is not an absolute path
+        return value
+
+    @property
+    def sync_roots(self):
+        from contract.sync import parse_roots
+
+        return parse_roots(self.sync_roots_raw)
 
     @field_validator("worker_api_key", mode="before")
     @classmethod

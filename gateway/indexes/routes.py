@@ -16,6 +16,7 @@ from ..access import EDITOR, OWNER, READER, Access, index_access, read_index, re
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
 from ..db import ChatIndex, Index, IndexDocument, IndexGrant, User, utcnow
 from ..errors import Conflict
+from ..jobs.views import JobOut
 from ..responses import IndexFull, IndexOut, UploadedDocument
 from ..routing import WORKER, ApiRoute, Operation, each, event_stream, json_content
 from ..schemas import NAME_RE, IndexCreate, IndexUpdate
@@ -252,10 +253,11 @@ DOCUMENT_OPS = [
     "get_api_indexes_id_documents_document_id_download",
     "delete_api_indexes_id_documents_document_id",
 ]
+JOB_OPS = ["get_api_jobs_id", "get_api_jobs_id_events", "post_api_jobs_id_cancel"]
 UPLOAD_EVENTS = event_stream(
-    "With `Accept: text/event-stream`: progress {file, dataset, stage} as each stage starts (converting, "
-    "chunking, embedding, writing), then done (the stored document) or error {error, code}",
-    ["progress", "done", "error"],
+    "With `Accept: text/event-stream`: queued (the job), then progress {file, dataset, stage} as each stage "
+    "starts (converting, chunking, embedding, writing), then done (the stored document) or error {error, code}",
+    ["queued", "progress", "done", "error"],
 )
 UPLOAD_FORM = {
     "multipart/form-data": {
@@ -290,14 +292,23 @@ routes = [
         "/api/indexes/{id:int}/documents",
         upload_document,
         Operation(
-            "Upload one file and index it",
+            "Upload one file: it is stored and queued as a job (202 with the job), indexed in the background",
             UPLOAD_FORM,
-            UploadedDocument,
-            status=201,
-            links=each(DOCUMENT_OPS, {"id": "$request.path.id", "document_id": "$response.body#/id"}),
-            also=UPLOAD_EVENTS,
-            # 415: a type the worker cannot read; 422: the file could not be converted within the limits;
-            # 429: the account already has MAX_UPLOADS_PER_USER files being indexed.
+            JobOut,
+            status=202,
+            links=each(JOB_OPS, {"id": "$response.body#/id"}),
+            others={
+                201: (UploadedDocument, "with ?wait=1: the stored document, once the job indexed it"),
+                200: (UPLOAD_EVENTS, "with Accept: text/event-stream: the job's stages, then its end"),
+            },
+            query={
+                "wait": (
+                    {"type": "boolean"},
+                    "answer once the file is indexed (201 with the document, or the refusal), as before jobs",
+                )
+            },
+            # 415: a type the worker cannot read; 422: the file could not be converted within the limits (both
+            # with ?wait=1; otherwise the job's failure); 429: too many uploads in flight for the account.
             errors=(404, 409, 415, 422, 429, *WORKER),
             tag="indexes",
         ),

@@ -1,32 +1,49 @@
-"""One upload: `POST /api/indexes/{id}/documents` forwards the file to the worker's /add_document and records
-the document. With `Accept: text/event-stream` it relays the worker's `progress` events (stage: converting,
-chunking, embedding, writing) and ends with `done` (the stored document, as the JSON answer has it) or `error`.
+"""One upload: `POST /api/indexes/{id}/documents` stores the file (JOBS_DIR, 0600) and queues an `upload` job
+(gateway/jobs/) that sends it to the worker's /add_document and records the document. The answer is `202` with
+the job at once; the job goes on whatever the client does (it may close its side right after the bytes).
 
-A refusal before any work (not the user's index, too large, empty, unsupported type) is a JSON 4xx either way.
+Older clients: `?wait=1` answers as before, `201` with the stored document (or the refusal) once the job ended;
+`Accept: text/event-stream` streams the file's `progress` events (stage: converting, chunking, embedding,
+writing) and ends with `done` (the stored document) or `error`. Either way, leaving early loses nothing.
+
+A refusal before any work (not the user's index, too large, empty, not multipart) is a JSON 4xx either way and
+stores nothing; a refusal by the worker (an unsupported type) is the job's failure: the 4xx of `?wait=1`, and of
+the event stream when it comes before any progress (within REFUSAL_WAIT_S).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 
-from sqlmodel import select
+from sqlalchemy import func
+from sqlmodel import col, select
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..access import EDITOR, read_index, require_index
+from ..access import EDITOR, read_index
 from ..context import Context, ctx, current_user, in_thread, path_id
-from ..db import IndexDocument, utcnow
-from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from ..db import IndexDocument, Job, JobFile
+from ..errors import ApiError, BadRequest, NotFound, PayloadTooLarge, TooManyRequests
+from ..jobs.follow import follow
+from ..jobs.store import ACTIVE, FINISHED
+from ..jobs.upload import queue_upload
+from ..jobs.views import job_view
 from ..responses import UploadedDocument
-from ..sse import SSE_HEADERS, frame
-from ..streams import RelayedResponse, WorkerRefused, WorkerStreamBroken
+from ..sse import KEEPALIVE, SSE_HEADERS, frame
+from ..streams import RelayedResponse
 from .names import check_dataset, check_filename
-from .reconcile import indexed_anyway
-from .records import document_json, refresh_counts
+from .records import document_json
 
 log = logging.getLogger("gateway.uploads")
+
+WAIT_POLL_S = 0.25
+# How long an upload streamed to the web waits for its job's first progress before it answers: a refusal by the
+# worker before any work (an unsupported type) comes back in that time, and is a JSON 4xx as it was before jobs.
+REFUSAL_WAIT_S = 2.0
 
 
 async def read_upload(request: Request, c: Context) -> tuple[UploadFile, str]:
@@ -50,155 +67,149 @@ async def upload_document(request: Request) -> Response:
 
     # Before reading the body: an index the user may not change is a 404, not a 413.
     index = await in_thread(read_index, c, user, index_id, EDITOR)
-    # MAX_UPLOADS_PER_USER: a 429 before the body is read when the account has that many being indexed. The slot
-    # is given back when this returns or raises, or, for a relayed answer, when that answer ends however it ends.
-    slot = c.upload_slots.take(user.id)
+    # MAX_UPLOADS_PER_USER: a 429 before the body is read when the account has that many uploads queued or being
+    # indexed (its unfinished upload jobs, on every replica, and the uploads this process is receiving).
+    unfinished = await in_thread(unfinished_uploads, c, user.id)
+    if unfinished + c.upload_slots.running.get(user.id, 0) >= c.settings.max_uploads_per_user:
+        raise TooManyRequests(
+            f"you already have {c.settings.max_uploads_per_user} files being indexed: wait for one to finish",
+            code="too_many_uploads",
+            headers={"Retry-After": "5"},
+        )
+    slot = c.upload_slots.take(user.id)  # given back once the job is queued (it counts from then on)
     try:
-        response = await _upload(request, c, user, index)
-    except BaseException:
+        return await _upload(request, c, user, index, slot)
+    finally:
         slot.release()
-        raise
-    if isinstance(response, RelayedResponse):
-        response.on_end.append(slot.release)
-    else:
-        slot.release()
-    return response
 
 
-async def _upload(request: Request, c: Context, user, index) -> Response:
-    index_id = index.id
+def unfinished_uploads(c: Context, user_id: int) -> int:
+    with c.db.session() as s:
+        return s.exec(
+            select(func.count())
+            .select_from(Job)
+            .where(Job.user_id == user_id, Job.kind == "upload", col(Job.state).in_(ACTIVE))
+        ).one()
+
+
+async def _upload(request: Request, c: Context, user, index, slot) -> Response:
+    wait = wants_wait(request)
     upload, dataset = await read_upload(request, c)
     filename = check_filename(upload.filename)
-    content = await upload.read()
-    if len(content) > c.settings.max_upload_bytes:
-        raise PayloadTooLarge(f"the file is larger than {c.settings.max_upload_bytes} bytes", field="file")
-    if not content:
+    if upload.size is not None and upload.size == 0:
         raise BadRequest("the file is empty", code="empty_file", field="file")
-
-    def record(result: dict) -> dict:
-        # The worker's name for the file is the one both sides use from now on (list, download, delete).
-        name = str(result.get("filename") or filename)
-        with c.db.session() as s:
-            current = require_index(s, user, index_id, EDITOR)
-            doc = s.exec(
-                select(IndexDocument).where(
-                    IndexDocument.index_id == current.id,
-                    IndexDocument.dataset == dataset,
-                    IndexDocument.filename == name,
-                )
-            ).first()
-            doc = doc or IndexDocument(index_id=current.id, dataset=dataset, filename=name)
-            doc.document_id = str(result.get("document_id") or "")
-            doc.chunks = int(result.get("chunks") or 0)
-            doc.bytes = len(content)
-            doc.created_at = utcnow()
-            s.add(doc)
-            s.flush()
-            refresh_counts(s, current, None if current.status == "building" else "auto")
-            s.commit()
-            return UploadedDocument(**document_json(doc), replaced=bool(result.get("replaced"))).data()
-
-    if wants_events(request):  # the web: the worker's stages as they happen, then the row
-        return await relay(c, index.worker_name, dataset, filename, content, upload, record)
-    try:
-        result = await c.worker.add_document(
-            index.worker_name, dataset, filename, content, upload.content_type
-        )
-    except WorkerRefused:
-        raise  # the worker's own 4xx: it stored nothing
-    except ApiError:
-        # The answer was lost (the connection broke, a 5xx): the worker may have indexed the file all the same.
-        result = await indexed_anyway(c, index.worker_name, dataset, filename, content)
-        if result is None:
+    # Stored durably (JOBS_DIR, 0600, fsynced) and queued before the answer: the client may go now.
+    upload.file.seek(0)
+    job = await in_thread(
+        queue_upload, c, user.id, index.id, dataset, filename, upload.content_type, upload.file
+    )
+    slot.release()
+    q = c.jobs.listen(job.id)  # before the job can start: this stream sees its every stage
+    c.jobs.poke()
+    if wants_events(request):  # the web: the file's stages as they happen, then the document row
+        try:
+            ended = await refused_at_once(c, job.id, q)
+            if ended is not None:
+                uploaded_or_raise(c, ended)  # a refusal before any work (an unsupported type): a JSON 4xx
+        except BaseException:
+            c.jobs.unlisten(job.id, q)
             raise
-    return JSONResponse(await in_thread(record, result), status_code=201)
+        return relayed(follow_upload(c, job.id, q), lambda: c.jobs.unlisten(job.id, q))
+    c.jobs.unlisten(job.id, q)
+    if wait:  # the synchronous answer of before: 201 with the document, or the refusal
+        end = await wait_for_job(c, job.id)
+        return JSONResponse(uploaded_or_raise(c, end), status_code=201)
+    view = await in_thread(job_view, c, job.id)
+    return JSONResponse(view, status_code=202, headers={"Location": f"/api/jobs/{job.id}"})
 
 
 def wants_events(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-async def relay(
-    c: Context,
-    worker_name: str,
-    dataset: str,
-    filename: str,
-    content: bytes,
-    upload: UploadFile,
-    record: Callable[[dict], dict],
-) -> RelayedResponse:
-    # A 4xx from the worker is raised here, as JSON.
-    try:
-        stream = await c.worker.add_document_stream(
-            worker_name, dataset, filename, content, upload.content_type
-        )
-    except WorkerRefused:
-        raise
-    except ApiError:  # no answer came: the worker may have indexed the file all the same
-        result = await indexed_anyway(c, worker_name, dataset, filename, content)
-        if result is None:
-            raise
-        document = await in_thread(record, result)
-        return relayed(iter_once(frame("done", document)))
+def wants_wait(request: Request) -> bool:
+    raw = request.query_params.get("wait", "").lower()
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("", "0", "false", "no"):
+        return False
+    raise BadRequest("wait must be true or false", code="invalid", field="wait")
 
-    async def recovered(failure: dict) -> str:
-        """The `done` frame when the worker indexed the file although its stream broke, else `failure`'s error."""
-        result = await indexed_anyway(c, worker_name, dataset, filename, content)
-        if result is None:
-            return frame("error", failure)
-        try:
-            return frame("done", await in_thread(record, result))
-        except NotFound as exc:
-            return frame("error", exc.to_dict())
 
-    async def body() -> AsyncIterator[str]:
-        ended = False
-        try:
-            async for f in stream.frames():
-                data = f.data if isinstance(f.data, dict) else {}
-                if f.event == "progress":
-                    yield f.raw
-                elif f.event == "done":
-                    ended = True
-                    try:
-                        document = await in_thread(record, data)
-                    except NotFound as exc:  # the index was deleted meanwhile
-                        yield frame("error", exc.to_dict())
-                        return
-                    yield frame("done", document)
-                    return
-                elif f.event == "error":
-                    ended = True
-                    yield frame(
-                        "error", {"error": str(data.get("error") or "indexing failed"), **_code(data)}
-                    )
-                    return
-        except WorkerStreamBroken as exc:
-            ended = True
-            yield await recovered({"error": exc.message, "code": "worker_unavailable"})
-        finally:
-            await stream.aclose()
-            if not ended:
-                log.warning("the worker's indexing stream for %s ended without a result", filename)
-        if not ended:
-            yield await recovered(
-                {"error": "the worker's stream ended before indexing finished", "code": "interrupted"}
+async def wait_for_job(c: Context, job_id: int) -> tuple[Job, list[JobFile]]:
+    """The job and its files once it ended (however the client's connection goes meanwhile: the job goes on)."""
+    while True:
+        job, files = await in_thread(job_rows, c, job_id)
+        if job is None or job.state in FINISHED:
+            return job, files
+        await asyncio.sleep(WAIT_POLL_S)
+
+
+async def refused_at_once(c: Context, job_id: int, q) -> tuple[Job, list[JobFile]] | None:
+    """The job's rows when it failed with a refusal (a 4xx of the worker's) before its first progress event,
+    within REFUSAL_WAIT_S; None once it shows progress, ends otherwise, or is still waiting its turn."""
+    deadline = time.monotonic() + REFUSAL_WAIT_S
+    while time.monotonic() < deadline and q.empty():
+        job, files = await in_thread(job_rows, c, job_id)
+        if job is None or job.state in FINISHED:
+            refused = job is not None and files and files[0].status and 400 <= files[0].status < 500
+            return (job, files) if refused else None
+        await asyncio.sleep(0.05)
+    return None
+
+
+def job_rows(c: Context, job_id: int) -> tuple[Job | None, list[JobFile]]:
+    with c.db.session() as s:
+        job = s.get(Job, job_id)
+        files = list(s.exec(select(JobFile).where(JobFile.job_id == job_id).order_by(col(JobFile.position))))
+        return job, files
+
+
+def uploaded_or_raise(c: Context, end: tuple[Job | None, list[JobFile]]) -> dict:
+    job, files = end
+    if job is None:
+        raise NotFound("the index was deleted", code="index_not_found")
+    file = files[0] if files else None
+    if job.state == "done" and file is not None and file.state == "done":
+        return uploaded_json(c, file)
+    if file is not None and file.error:
+        raise ApiError(file.error, code=file.code or "indexing_failed", status=file.status or 502)
+    raise ApiError(job.error or "indexing failed", code=job.code or "indexing_failed", status=502)
+
+
+def uploaded_json(c: Context, file: JobFile) -> dict:
+    with c.db.session() as s:
+        doc = s.get(IndexDocument, int((file.detail or {}).get("document") or 0))
+        if doc is None:
+            raise NotFound("the document was deleted meanwhile", code="not_found")
+        return UploadedDocument(**document_json(doc), replaced=file.replaced).data()
+
+
+async def follow_upload(c: Context, job_id: int, q) -> AsyncIterator[str]:
+    """The upload's job as the stream of before: `queued` (the job, so a client can follow it elsewhere later),
+    `progress` (the worker's event) per stage, then `done` (the document) or `error`."""
+    first = True
+    async for event, data in follow(c, job_id, lambda: job_view(c, job_id), c.settings.keepalive_s, q):
+        if event == "keepalive":
+            yield KEEPALIVE
+        elif event == "progress":
+            yield frame(
+                "progress",
+                data["progress"]
+                or {"file": data["filename"], "dataset": data["dataset"], "stage": data["stage"]},
             )
-
-    # The worker's stream is closed even when the browser went before this answer started (the body never runs).
-    return relayed(body(), stream.aclose)
+        elif first:
+            first = False
+            yield frame("queued", data)
+        if event == "job" and data["state"] in FINISHED:
+            try:
+                yield frame(
+                    "done", await in_thread(uploaded_or_raise, c, await in_thread(job_rows, c, job_id))
+                )
+            except ApiError as exc:
+                yield frame("error", exc.to_dict())
+            return
 
 
 def relayed(body: AsyncIterator[str], *on_end: Callable[[], object]) -> RelayedResponse:
     return RelayedResponse(body, on_end=list(on_end), media_type="text/event-stream", headers=SSE_HEADERS)
-
-
-async def iter_once(item: str) -> AsyncIterator[str]:
-    yield item
-
-
-def _code(data: dict) -> dict:
-    out = {"code": str(data.get("code") or "indexing_failed")}
-    if data.get("field"):
-        out["field"] = str(data["field"])
-    return out

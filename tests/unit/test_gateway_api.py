@@ -204,7 +204,7 @@ def test_an_oversized_json_body_is_a_413(client, alice) -> None:
 def test_an_oversized_upload_is_a_413(client, alice) -> None:
     index = client.post("/api/indexes", json={"name": "big"}, headers=auth(alice)).json()
     r = client.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=auth(alice),
         files={"file": ("big.md", b"# x\n" * 5000, "text/markdown")},
         data={"dataset": "d"},
@@ -215,7 +215,7 @@ def test_an_oversized_upload_is_a_413(client, alice) -> None:
 
 def test_upload_checks_dataset_and_file_name(client, alice) -> None:
     index = client.post("/api/indexes", json={"name": "names"}, headers=auth(alice)).json()
-    url = f"/api/indexes/{index['id']}/documents"
+    url = f"/api/indexes/{index['id']}/documents?wait=1"
     r = client.post(
         url,
         headers=auth(alice),
@@ -253,7 +253,7 @@ def test_chats_and_indexes_of_another_user_are_404(client, alice, bob) -> None:
     for method, path, body in attempts:
         r = client.request(method, path, json=body, headers=auth(bob))
         assert r.status_code == 404, (method, path, r.text)
-    r = client.post(f"/api/indexes/{i}/documents", headers=auth(bob), files={"file": ("a.md", b"# a")})
+    r = client.post(f"/api/indexes/{i}/documents?wait=1", headers=auth(bob), files={"file": ("a.md", b"# a")})
     assert r.status_code == 404
     assert client.get("/api/chats", headers=auth(bob)).json() == []
     assert client.get("/api/indexes", headers=auth(bob)).json() == []

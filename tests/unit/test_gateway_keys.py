@@ -176,7 +176,7 @@ def test_a_read_only_key_can_ask_and_read_but_change_nothing(client, admin) -> N
         ("POST", "/api/indexes", {"name": "mine now"}),
         ("PATCH", f"/api/indexes/{index['id']}", {"name": "renamed"}),
         ("DELETE", f"/api/indexes/{index['id']}", None),
-        ("POST", f"/api/indexes/{index['id']}/documents", None),
+        ("POST", f"/api/indexes/{index['id']}/documents?wait=1", None),
         ("POST", f"/api/indexes/{index['id']}/build", {}),
         ("PATCH", f"/api/chats/{chat.json()['id']}", {"title": "x"}),
         ("DELETE", f"/api/chats/{chat.json()['id']}", None),

@@ -63,7 +63,7 @@ def gateway(tmp_path):
 
 def upload(client, user, index_id, **headers) -> httpx.Response:
     return client.post(
-        f"/api/indexes/{index_id}/documents",
+        f"/api/indexes/{index_id}/documents?wait=1",
         headers={**user, **headers},
         files={"file": ("herons.md", CONTENT, "text/markdown")},
     )

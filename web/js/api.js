@@ -156,6 +156,18 @@ export const api = {
       signal,
     }),
 
+  /** Jobs (uploads, rebuilds, syncs) of one index, newest first; `state` narrows them to one state. */
+  listJobs: async (indexId, state) =>
+    list(await call("GET", `/api/jobs${queryString({ index: indexId, state })}`), "jobs"),
+  /** Follows a job from any tab or device: SSE `job` (the job) at once and on each change, `progress` per stage. */
+  followJob: (id, signal) =>
+    send("GET", `/api/jobs/${encodeURIComponent(id)}/events`, {
+      headers: { Accept: "text/event-stream" },
+      signal,
+    }),
+  getJob: (id) => call("GET", `/api/jobs/${encodeURIComponent(id)}`),
+  cancelJob: (id) => call("POST", `/api/jobs/${encodeURIComponent(id)}/cancel`),
+
   listIndexes: async () => list(await call("GET", "/api/indexes"), "indexes"),
   createIndex: (name, description) => call("POST", "/api/indexes", { name, description }),
   getIndex: (id) => call("GET", `/api/indexes/${encodeURIComponent(id)}`),
@@ -224,9 +236,10 @@ export const api = {
 
 /**
  * Uploads one file with XMLHttpRequest, because fetch() reports no upload progress.
- * `onProgress(fraction)` is called as bytes leave; resolves to the gateway's JSON answer.
+ * `onProgress(fraction)` is called as bytes leave, `onQueued(job)` once the gateway stored the file as a job
+ * (which goes on if this page goes), `onStage(progress)` per indexing stage; resolves to the stored document.
  */
-export function uploadDocument(indexId, file, dataset, onProgress, onStage = () => {}) {
+export function uploadDocument(indexId, file, dataset, onProgress, onStage = () => {}, onQueued = () => {}) {
   return new Promise((resolve, reject) => {
     const hadSession = Boolean(session.user);
     const xhr = new XMLHttpRequest();
@@ -255,6 +268,7 @@ export function uploadDocument(indexId, file, dataset, onProgress, onStage = () 
           continue;
         }
         if (event === "progress") onStage(payload);
+        else if (event === "queued") onQueued(payload);
         else last = { event, payload };
       }
     };

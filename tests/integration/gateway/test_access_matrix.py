@@ -25,7 +25,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.db import Index, IndexDocument
+from gateway.db import Index, IndexDocument, IndexSource, Job
 from gateway.settings import Settings
 from tests.integration.ops.postgres import database_urls, fresh_database
 from tests.servers import free_port
@@ -60,12 +60,16 @@ UNAUTHORIZED = {
 }
 
 W = 503  # passed the access check, then needed the worker (absent here)
+Q = 202  # passed the access check and queued a job (which needs the worker later, in the background)
+S = 200  # passed the access check and queued a job, whose stream this is (it fails: no worker)
+READ = (200, 200, 200, 200, 200, 200, 404, 401, 200, 401, 401, 200, 401)  # whoever may read the index
+EDIT = (200, 200, 200, 404, 404, 404, 404, 401, 403, 401, 401, 200, 401)  # whoever may change it
 
 
 @dataclass
 class Row:
     method: str
-    path: str  # {index} {document} {grant} {group} {member} {chat} {model} {key} {spare} are filled per cell
+    path: str  # {index} {document} {grant} {group} {member} {chat} {model} {key} {spare} {job} {source}: per cell
     expect: tuple[int, ...]
     body: dict | Callable[[], dict] | None = None
     fresh: bool = False  # the cell changes what it acts on: each cell gets its own copy of the index
@@ -95,9 +99,36 @@ ROWS = [
     Row(
         "POST",
         "/api/indexes/{index}/documents",
-        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401, W, 401),
+        (Q, Q, Q, 404, 404, 404, 404, 401, 403, 401, 401, Q, 401),
         files=True,
     ),
+    # Index sources (gateway/sync/): read by readers, changed and synced by editors.
+    Row("GET", "/api/indexes/{index}/sources", READ),
+    Row(
+        "POST",
+        "/api/indexes/{index}/sources",
+        (201, 201, 201, 404, 404, 404, 404, 401, 403, 401, 401, 201, 401),
+        {"kind": "s3", "bucket": "handbook-two"},
+        fresh=True,
+    ),
+    Row("GET", "/api/indexes/{index}/sources/{source}", READ),
+    Row("PATCH", "/api/indexes/{index}/sources/{source}", EDIT, {"prefix": "docs/"}),
+    Row(
+        "POST",
+        "/api/indexes/{index}/sources/{source}/sync",
+        (Q, Q, Q, 404, 404, 404, 404, 401, 403, 401, 401, Q, 401),
+        fresh=True,
+    ),
+    Row(
+        "DELETE",
+        "/api/indexes/{index}/sources/{source}",
+        (204, 204, 204, 404, 404, 404, 404, 401, 403, 401, 401, 204, 401),
+        fresh=True,
+    ),
+    Row("GET", "/api/jobs?index={index}", READ),
+    Row("GET", "/api/jobs/{job}", READ),
+    Row("GET", "/api/jobs/{job}/events", READ),
+    Row("POST", "/api/jobs/{job}/cancel", EDIT),
     Row(
         "GET",
         "/api/indexes/{index}/documents/{document}/download",
@@ -114,7 +145,7 @@ ROWS = [
     Row(
         "POST",
         "/api/indexes/{index}/build",
-        (W, W, W, 404, 404, 404, 404, 401, 403, 401, 401, W, 401),
+        (S, S, S, 404, 404, 404, 404, 401, 403, 401, 401, S, 401),
         {},
         fresh=True,
     ),
@@ -282,6 +313,7 @@ def settings_for(tmp: Path, database_url: str) -> Settings:
         GATEWAY_ALLOWED_HOSTS="testserver",
         REGISTER_LIMIT=100,
         MAX_UPLOAD_BYTES=4096,
+        JOB_FILE_RETRIES=1,  # a job needing the absent worker fails at its first try
     )
 
 
@@ -354,9 +386,24 @@ def make_index(w: World, everyone: bool) -> dict:
         s.commit()
         document = doc.id
         worker_name = s.get(Index, index_id).worker_name
+        job = Job(kind="upload", index_id=index_id, user_id=w.ids["owner"], state="done", total=1, done=1)
+        s.add(job)  # an upload the owner made, finished
+        s.commit()
+        job_id = job.id
+        source = IndexSource(index_id=index_id, kind="s3", bucket="handbook", created_by=w.ids["owner"])
+        s.add(source)  # a bucket it syncs from (on demand only)
+        s.commit()
+        source_id = source.id
     grants = w.call("owner", "GET", f"/api/indexes/{index_id}/grants").json()
     spare = next(g["id"] for g in grants if g["subject_name"] == "spare")
-    return {"index": index_id, "document": document, "grant": spare, "model": f"rag/{worker_name}"}
+    return {
+        "index": index_id,
+        "document": document,
+        "grant": spare,
+        "model": f"rag/{worker_name}",
+        "job": job_id,
+        "source": source_id,
+    }
 
 
 def make_group(w: World) -> dict:

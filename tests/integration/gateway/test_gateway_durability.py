@@ -27,7 +27,7 @@ def bob(api, alice):
 def alice_index(api, alice):
     index = api.post("/api/indexes", json={"name": "Ducks"}, headers=alice).json()
     r = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=alice,
         data={"dataset": "birds"},
         files={"file": ("duck.md", DUCK.read_bytes(), "text/markdown")},
@@ -170,7 +170,9 @@ def test_two_users_cannot_touch_each_others_chats_or_indexes(api, alice, bob, al
         r = api.request(method, path, json=body, headers=bob)
         assert r.status_code == 404, (method, path, r.status_code, r.text)
     r = api.post(
-        f"/api/indexes/{i}/documents", headers=bob, files={"file": ("x.md", b"# planted\n", "text/markdown")}
+        f"/api/indexes/{i}/documents?wait=1",
+        headers=bob,
+        files={"file": ("x.md", b"# planted\n", "text/markdown")},
     )
     assert r.status_code == 404
     bob_chat = api.post("/api/chats", json={}, headers=bob).json()
@@ -204,7 +206,7 @@ def test_bad_tokens_get_a_clear_401(gateway, api, alice):
 def test_an_oversized_upload_is_refused_before_reaching_the_worker(api, alice, alice_index):
     big = b"# big\n" + b"x" * (MAX_UPLOAD_BYTES + 100 * 1024)
     r = api.post(
-        f"/api/indexes/{alice_index['id']}/documents",
+        f"/api/indexes/{alice_index['id']}/documents?wait=1",
         headers=alice,
         files={"file": ("big.md", big, "text/markdown")},
     )
@@ -215,7 +217,7 @@ def test_an_oversized_upload_is_refused_before_reaching_the_worker(api, alice, a
 
 def test_an_unsupported_file_gets_the_workers_clear_4xx(api, alice, alice_index):
     r = api.post(
-        f"/api/indexes/{alice_index['id']}/documents",
+        f"/api/indexes/{alice_index['id']}/documents?wait=1",
         headers=alice,
         files={"file": ("tool.exe", b"MZ\x90\x00binary", "application/octet-stream")},
     )

@@ -30,7 +30,7 @@ def duck_index(api, user):
         "/api/indexes", json={"name": "Birds", "description": "about ducks"}, headers=user
     ).json()
     r = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=user,
         data={"dataset": "animals"},
         files={"file": ("duck.md", DUCK.read_bytes(), "text/markdown")},
@@ -160,7 +160,7 @@ def test_the_original_file_downloads_and_a_document_can_be_removed(api, user):
     index = api.post("/api/indexes", json={"name": "Removable"}, headers=user).json()
     body = b"# Geese\n\nGeese are large waterfowl that migrate in V formations.\n"
     r = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=user,
         files={"file": ("geese.md", body, "text/markdown")},
     )
@@ -208,7 +208,7 @@ def test_deleting_an_index_drops_its_table_its_files_and_its_links(api, user, st
     worker, _gateway = stack
     index = api.post("/api/indexes", json={"name": "Doomed"}, headers=user).json()
     r = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=user,
         data={"dataset": "d1"},
         files={"file": ("doomed.md", b"# Doomed\n\nThis index will be deleted soon.\n", "text/markdown")},
@@ -246,7 +246,7 @@ def people(api) -> dict:
     alice, bob = register(api, "v1alice"), register(api, "v1bob")
     index = api.post("/api/indexes", json={"name": "Birds"}, headers=alice).json()
     r = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=alice,
         data={"dataset": "animals"},
         files={"file": ("duck.md", DUCK.read_bytes(), "text/markdown")},
@@ -353,7 +353,7 @@ def test_an_original_downloads_in_byte_ranges_and_bad_ranges_are_answered_per_rf
     index = api.post("/api/indexes", json={"name": "Ranged"}, headers=user).json()
     body = ("# Herons\n\n" + "Herons stand still in shallow water for a long time. " * 40 + "\n").encode()
     doc = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=user,
         files={"file": ("herons.md", body, "text/markdown")},
     ).json()
@@ -498,7 +498,7 @@ def test_answers_are_rated_changed_and_reviewed_by_admins_and_index_owners_only(
     owl = b"# Owls\n\nOwls hunt mice at night and swallow them whole.\n"
     assert (
         api.post(
-            f"/api/indexes/{index_b['id']}/documents",
+            f"/api/indexes/{index_b['id']}/documents?wait=1",
             headers=owner_b,
             files={"file": ("owls.md", owl, "text/markdown")},
         ).status_code
@@ -590,7 +590,7 @@ def unescape(text: str) -> str:
 def test_a_three_turn_chat_exports_as_markdown_whose_citations_resolve_in_the_index(api, user):
     index = api.post("/api/indexes", json={"name": "Word processors"}, headers=user).json()
     r = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=user,
         files={"file": ("multi_page.pdf", MULTI_PAGE.read_bytes(), "application/pdf")},
     )

@@ -25,7 +25,7 @@ def user(api):
 def chat(api, user):
     index = api.post("/api/indexes", json={"name": "Ducks"}, headers=user).json()
     r = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=user,
         data={"dataset": "animals"},
         files={"file": ("duck.md", DUCK.read_bytes(), "text/markdown")},

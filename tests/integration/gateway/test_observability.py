@@ -121,7 +121,7 @@ def scenario(api: httpx.Client) -> dict:
     assert wrong.status_code == 401
     index = api.post("/api/indexes", json={"name": "Ducks"}, headers=admin).json()
     r = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=admin,
         data={"dataset": "animals"},
         files={"file": ("duck.md", DUCK.read_bytes(), "text/markdown")},

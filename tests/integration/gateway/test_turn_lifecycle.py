@@ -102,7 +102,7 @@ def make_index(api, user, name: str, files: dict[str, bytes]) -> dict:
     index = api.post("/api/indexes", json={"name": name}, headers=user).json()
     for filename, content in files.items():
         r = api.post(
-            f"/api/indexes/{index['id']}/documents",
+            f"/api/indexes/{index['id']}/documents?wait=1",
             headers=user,
             data={"dataset": "birds"},
             files={"file": (filename, content, "text/markdown")},
@@ -499,7 +499,7 @@ def test_the_worker_takes_docs_on_a_direct_turn_without_an_index(cluster, a, car
 def upload_events(api, user, index_id: int, filename: str, content: bytes):
     with api.stream(
         "POST",
-        f"/api/indexes/{index_id}/documents",
+        f"/api/indexes/{index_id}/documents?wait=1",
         headers={**user, "Accept": "text/event-stream"},
         data={"dataset": "birds"},
         files={"file": (filename, content, "text/markdown")},
@@ -600,7 +600,7 @@ def test_a_revoked_reader_loses_the_index_mid_conversation_and_nothing_of_it_rea
     download = f"/api/indexes/{handbook['id']}/documents/{doc['id']}/download"
     assert a.get(download, headers=rita).content == DUCK.read_bytes()
     upload = a.post(
-        f"/api/indexes/{handbook['id']}/documents",
+        f"/api/indexes/{handbook['id']}/documents?wait=1",
         headers=rita,
         files={"file": ("x.md", b"# x", "text/markdown")},
     )

@@ -83,7 +83,7 @@ def member(api, admin) -> dict:
 def member_chat(api, member) -> int:
     index = api.post("/api/indexes", json={"name": "Birds"}, headers=member).json()
     r = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=member,
         files={"file": ("duck.md", DUCK.read_bytes(), "text/markdown")},
     )
@@ -237,7 +237,7 @@ def test_a_member_chooses_a_preset_and_a_model_an_admin_allows(api, admin, membe
 def test_an_upload_named_with_a_bidi_override_is_refused(api, member):
     index = api.post("/api/indexes", json={"name": "Spoofs"}, headers=member).json()
     resp = api.post(
-        f"/api/indexes/{index['id']}/documents",
+        f"/api/indexes/{index['id']}/documents?wait=1",
         headers=member,
         files={"file": ("invoice\u202efdp.txt", b"The invoice is due on Friday.", "text/plain")},
     )

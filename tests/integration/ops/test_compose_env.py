@@ -133,7 +133,7 @@ def test_a_turn_runs_through_the_gateway_with_the_compose_environment(compose_st
         index = api.post("/api/indexes", json={"name": "Harbour"}, headers=user)
         assert index.status_code == 201, index.text
         upload = api.post(
-            f"/api/indexes/{index.json()['id']}/documents",
+            f"/api/indexes/{index.json()['id']}/documents?wait=1",
             headers=user,
             files={
                 "file": ("harbour.md", b"# Harbour\n\nThe harbour office opens at seven.", "text/markdown")

@@ -52,7 +52,7 @@ def gateway_api(one_slot_worker, corpus_root, tmp_path_factory):
         user = {"Authorization": f"Bearer {r.json()['token']}"}
         index = api.post("/api/indexes", json={"name": "Birds"}, headers=user).json()
         r = api.post(
-            f"/api/indexes/{index['id']}/documents",
+            f"/api/indexes/{index['id']}/documents?wait=1",
             headers=user,
             data={"dataset": "animals"},
             files={"file": ("duck.md", duck.read_bytes(), "text/markdown")},

@@ -258,8 +258,10 @@ export class DocumentsView {
       this.table,
     );
     this.uploads.showIn(this.uploadList);
+    this.uploads.resume(this.indexId); // uploads being indexed, sent from here before or from elsewhere
     this.renderTable();
-    if (index.status === "building") this.followBuild(false);
+    // A build queued or running (here or elsewhere) is rejoined from its job; 204 when there is none.
+    this.followBuild(false);
   }
 
   // ---- a (re)build: per-file progress, which outlives this page and is rejoined when it comes back ----
