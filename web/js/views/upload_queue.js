@@ -3,19 +3,20 @@
 
 import { uploadDocument } from "../api.js";
 import { announce, formatBytes, h, icon } from "../dom.js";
+import { formatNumber, t } from "../i18n.js";
 
 // The worker's indexing stages for one file, in order (docs/design/WORKER_API.md `progress`), as shown to the user.
 const UPLOAD_STAGES = ["converting", "chunking", "embedding", "writing"];
 const STAGE_LABELS = {
-  converting: "Converting…",
-  chunking: "Splitting into passages…",
-  embedding: "Embedding…",
-  writing: "Writing to the index…",
+  converting: t("Converting…"),
+  chunking: t("Splitting into passages…"),
+  embedding: t("Embedding…"),
+  writing: t("Writing to the index…"),
 };
 // OCR reports each scanned page it has read (stage "ocr", with ocr: {page, done, total}).
 const stageLabel = (p) =>
   p.stage === "ocr" && p.ocr
-    ? `Reading scanned page ${p.ocr.done} of ${p.ocr.total}…`
+    ? t("Reading scanned page {done} of {total}…", { done: p.ocr.done, total: p.ocr.total })
     : STAGE_LABELS[p.stage] || `${p.stage}…`;
 const PARALLEL_UPLOADS = 2; // indexing is CPU-heavy on the worker; two at a time keeps the queue moving
 
@@ -36,8 +37,8 @@ export class UploadQueue {
 
   add(files, dataset, indexId) {
     for (const file of files) {
-      const bar = h("progress", { max: 100, value: 0, "aria-label": `Upload of ${file.name}` });
-      const status = h("span", { class: "upload-status", text: "Waiting…" });
+      const bar = h("progress", { max: 100, value: 0, "aria-label": t("Upload of {name}", { name: file.name }) });
+      const status = h("span", { class: "upload-status", text: t("Waiting…") });
       const row = h(
         "li",
         { class: "upload-item", dataset: { file: file.name } },
@@ -49,7 +50,7 @@ export class UploadQueue {
       this.items.push({ file, dataset, indexId, bar, status, row, done: false });
       this.list?.append(row);
     }
-    announce(`${files.length} file${files.length > 1 ? "s" : ""} queued for upload`);
+    announce(t("{count} files queued for upload", { count: files.length }));
     this.pump();
   }
 
@@ -67,7 +68,7 @@ export class UploadQueue {
   }
 
   async upload(item) {
-    item.status.textContent = "Uploading…";
+    item.status.textContent = t("Uploading…");
     try {
       // The bar: the bytes sent fill the first half, the indexing stages the second.
       const answer = await uploadDocument(
@@ -76,7 +77,7 @@ export class UploadQueue {
         item.dataset,
         (fraction) => {
           item.bar.value = Math.round(fraction * 50);
-          item.status.textContent = fraction < 1 ? `Uploading ${Math.round(fraction * 100)}%` : "Indexing…";
+          item.status.textContent = fraction < 1 ? t("Uploading {percent}", { percent: formatNumber(fraction, { style: "percent" }) }) : t("Indexing…");
         },
         (progress) => {
           const at = UPLOAD_STAGES.indexOf(progress.stage);
@@ -86,15 +87,15 @@ export class UploadQueue {
       );
       item.bar.value = 100;
       const chunks = answer?.chunks ?? answer?.document?.chunks;
-      item.status.textContent = typeof chunks === "number" ? `Indexed · ${chunks} chunks` : "Indexed";
+      item.status.textContent = typeof chunks === "number" ? `${t("Indexed")} · ${t("{count} chunks", { count: chunks })}` : t("Indexed");
       item.row.classList.add("ok");
-      announce(`${item.file.name} uploaded`);
+      announce(t("{name} uploaded", { name: item.file.name }));
     } catch (err) {
       item.row.classList.add("failed");
       item.bar.hidden = true;
       item.status.replaceChildren(icon("alert"), h("span", { text: err.message }));
       item.status.setAttribute("role", "alert");
-      announce(`${item.file.name} was refused: ${err.message}`);
+      announce(t("{name} was refused: {message}", { name: item.file.name, message: err.message }));
     }
     item.done = true;
     await this.onDone(item);
