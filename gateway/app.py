@@ -38,6 +38,7 @@ from .headers import SecurityHeaders
 from .hosts import HostCheck
 from .indexes import builds, sharing
 from .indexes import routes as indexes
+from .indexes import settings as index_settings
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
 from .quotas import TurnSlots, upload_slots
@@ -92,10 +93,13 @@ def create_app(settings: Settings | None = None) -> Starlette:
         sweeper = asyncio.create_task(
             lifecycle.sweep_forever(db, settings.turn_lock_stale_s), name="turn-sweeper"
         )
+        # Indexes from before migration 12: their embedder and language, read from the worker's markers.
+        backfill = asyncio.create_task(index_settings.backfill_forever(app.state.ctx), name="index-settings")
         try:
             yield
         finally:
             sweeper.cancel()
+            backfill.cancel()
             running = list(app.state.ctx.running)
             if running:
                 # Let turns in flight finish and be stored; past the grace they are stored as interrupted.

@@ -134,3 +134,16 @@ def test_the_switch_to_english_works_and_is_remembered(page: Page):
     with page.expect_navigation():
         page.get_by_label("Interface language").select_option("fr")
     expect(page.get_by_role("link", name="Nouvelle discussion")).to_be_visible()
+
+
+def test_the_index_list_names_languages_in_french(page: Page):
+    page.get_by_role("link", name="Documents").click()
+    expect(page.get_by_label("Langue de ses documents")).to_have_value("en")
+    page.locator("#new-index-name").fill("manuel")
+    page.get_by_role("button", name="Créer l’index").click()
+    expect(page.locator(".index-title")).to_have_text("manuel")
+    # Intl.DisplayNames names the index's language in the interface's language.
+    expect(page.locator(".index-link", has_text="manuel").locator(".index-settings")).to_have_text(
+        "anglais · MiniLM (anglais)"
+    )
+    expect(page.locator(".index-stats")).to_contain_text("0 document")

@@ -90,3 +90,20 @@ def test_the_scan_sees_every_lookup():
     keys = used_keys()
     assert len(keys) > 300
     assert "New chat" in keys and "Sign in" in keys
+
+
+def test_the_create_form_offers_what_the_gateway_accepts():
+    """web/js/languages.js lists the embedders and full-text languages of contract/languages.py, no more."""
+    from contract.languages import DEFAULT_EMBEDDER, DEFAULT_INDEX_LANGUAGE, EMBEDDERS, INDEX_LANGUAGES
+
+    text = (WEB / "js" / "languages.js").read_text(encoding="utf-8")
+
+    def listed(name: str) -> list[str]:
+        body = re.search(rf"export const {name} = \[(.*?)\];", text, re.S)
+        assert body, name
+        return re.findall(r'"([^"]+)"', body.group(1))
+
+    assert listed("EMBEDDERS") == list(EMBEDDERS)
+    assert listed("INDEX_LANGUAGES") == list(INDEX_LANGUAGES)
+    assert f'DEFAULT_EMBEDDER = "{DEFAULT_EMBEDDER}"' in text
+    assert f'DEFAULT_INDEX_LANGUAGE = "{DEFAULT_INDEX_LANGUAGE}"' in text

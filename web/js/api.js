@@ -158,7 +158,7 @@ export const api = {
     }),
 
   listIndexes: async () => list(await call("GET", "/api/indexes"), "indexes"),
-  createIndex: (name, description) => call("POST", "/api/indexes", { name, description }),
+  createIndex: (name, description, { embedder, language } = {}) => call("POST", "/api/indexes", { name, description, embedder, language }),
   getIndex: (id) => call("GET", `/api/indexes/${encodeURIComponent(id)}`),
   deleteIndex: (id) => call("DELETE", `/api/indexes/${encodeURIComponent(id)}`),
   listDatasets: async (id) =>

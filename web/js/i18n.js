@@ -100,3 +100,13 @@ export function relativeTime(value) {
   if (seconds < 7 * 86400) return rtf.format(-Math.round(seconds / 86400), "day");
   return formatDate(date);
 }
+
+/** A language's name in the interface's language ("ko" → "Korean" / "coréen"), by Intl.DisplayNames. */
+export function languageName(code) {
+  if (!code) return "";
+  try {
+    return new Intl.DisplayNames([locale], { type: "language" }).of(code) || code;
+  } catch {
+    return code;
+  }
+}

@@ -10,7 +10,8 @@ import { navigate } from "../router.js";
 import { readEvents } from "../sse.js";
 import { shareDialog } from "./share.js";
 import { UploadQueue } from "./upload_queue.js";
-import { t } from "../i18n.js";
+import { currentLocale, languageName, t } from "../i18n.js";
+import { DEFAULT_EMBEDDER, DEFAULT_INDEX_LANGUAGE, EMBEDDERS, INDEX_LANGUAGES } from "../languages.js";
 
 
 export class DocumentsView {
@@ -90,6 +91,7 @@ export class DocumentsView {
           icon("database"),
           h("span", { class: "index-name", text: index.name }),
           withOwner ? h("span", { class: "index-owner muted small", text: index.owner }) : null,
+          index.embedder ? h("span", { class: "index-settings muted small", text: settingsLine(index) }) : null,
         ),
       );
     const section = (title, indexes, withOwner) =>
@@ -125,6 +127,19 @@ export class DocumentsView {
       title: t("Letters, digits, _ and -, up to 64"),
     });
     const description = h("input", { class: "input", id: "new-index-description", name: "description", placeholder: t("Optional"), autocomplete: "off" });
+    // Fixed for good when the index is made: its passages' embedding model and its full-text language.
+    const embedder = h(
+      "select",
+      { class: "input", id: "new-index-embedder", name: "embedder" },
+      EMBEDDERS.map((name) => h("option", { value: name, selected: name === DEFAULT_EMBEDDER, text: embedderName(name) })),
+    );
+    const language = h(
+      "select",
+      { class: "input", id: "new-index-language", name: "language" },
+      INDEX_LANGUAGES.map((code) => [code, languageName(code)])
+        .sort((a, b) => a[1].localeCompare(b[1], currentLocale()))
+        .map(([code, label]) => h("option", { value: code, lang: code, selected: code === DEFAULT_INDEX_LANGUAGE, text: label })),
+    );
     const error = h("p", { class: "form-error", role: "alert", hidden: true });
     return h(
       "form",
@@ -135,9 +150,15 @@ export class DocumentsView {
           event.preventDefault();
           error.hidden = true;
           try {
-            const index = await api.createIndex(name.value.trim(), description.value.trim() || undefined);
+            // The defaults are left unsaid: the worker makes the table with them at the first upload.
+            const index = await api.createIndex(name.value.trim(), description.value.trim() || undefined, {
+              embedder: embedder.value === DEFAULT_EMBEDDER ? undefined : embedder.value,
+              language: language.value === DEFAULT_INDEX_LANGUAGE ? undefined : language.value,
+            });
             name.value = "";
             description.value = "";
+            embedder.value = DEFAULT_EMBEDDER;
+            language.value = DEFAULT_INDEX_LANGUAGE;
             announce(t("Index {name} created", { name: index.name }));
             navigate(`#/documents/${encodeURIComponent(index.id)}`);
           } catch (err) {
@@ -149,6 +170,9 @@ export class DocumentsView {
       h("h3", { id: "create-index-title", text: t("New index") }),
       h("label", { class: "field", for: "new-index-name" }, h("span", { text: t("Name") }), name),
       h("label", { class: "field", for: "new-index-description" }, h("span", { text: t("Description") }), description),
+      h("label", { class: "field", for: "new-index-language" }, h("span", { text: t("Language of its documents") }), language),
+      h("label", { class: "field", for: "new-index-embedder" }, h("span", { text: t("Embedding model") }), embedder),
+      h("p", { class: "muted small", text: t("Both are fixed when the index is made. The multilingual model finds passages across languages, and is slower.") }),
       error,
       h("button", { class: "button primary block", type: "submit" }, icon("plus"), h("span", { text: t("Create index") })),
     );
@@ -523,4 +547,14 @@ function accessLine(index) {
 
 function documentId(doc) {
   return doc.id ?? doc.document_id;
+}
+
+/** "MiniLM" or "multilingual E5": an index's embedding model, as the index list names it. */
+function embedderName(name) {
+  return name === "multilingual-e5-small" ? t("Multilingual E5 (multilingual-e5-small)") : t("MiniLM (English)");
+}
+
+/** "Korean · MiniLM (English)": what an index searches with, under its name in the list. */
+function settingsLine(index) {
+  return [index.language ? languageName(index.language) : null, embedderName(index.embedder)].filter(Boolean).join(" · ");
 }
