@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 EMBEDDERS = ("default", "multilingual-e5-small")
+# What an index made without a choice gets (and what a table whose marker names neither records).
+DEFAULT_EMBEDDER = "default"  # MiniLM (all-MiniLM-L6-v2)
+DEFAULT_INDEX_LANGUAGE = "en"
 # ISO 639-1 codes: Snowball-stemmed languages, and Chinese, Japanese and Korean (n-gram tokenizer).
 INDEX_LANGUAGES = (
     "ar", "da", "de", "el", "en", "es", "fi", "fr", "hu", "it", "ja", "ko", "nl", "no", "pt", "ro", "ru", "sv",

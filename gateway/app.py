@@ -39,6 +39,7 @@ from .hosts import HostCheck
 from .indexes import builds, sharing
 from .indexes import routes as indexes
 from .jobs import routes as jobs
+from .indexes import settings as index_settings
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
 from .quotas import TurnSlots, upload_slots
@@ -100,6 +101,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         from .sync.schedule import schedule_forever
 
         scheduler = asyncio.create_task(schedule_forever(app.state.ctx), name="sync-scheduler")
+        # Indexes from before migration 12: their embedder and language, read from the worker's markers.
+        backfill = asyncio.create_task(index_settings.backfill_forever(app.state.ctx), name="index-settings")
         try:
             yield
         finally:
@@ -107,6 +110,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             scheduler.cancel()
             # Running jobs are handed back (queued again, their committed files kept) for the next replica.
             await app.state.ctx.jobs.stop()
+            backfill.cancel()
             running = list(app.state.ctx.running)
             if running:
                 # Let turns in flight finish and be stored; past the grace they are stored as interrupted.

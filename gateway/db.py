@@ -134,6 +134,11 @@ class Index(SQLModel, table=True):
     status: str = Field(default="empty", max_length=16)  # empty | ready | building | failed
     document_count: int = 0
     chunk_count: int = 0
+    # Fixed when the worker's table is made (its marker records them): the embedder of the passages and the
+    # language of the full-text index. None on a row from before migration 12 until the worker's marker has
+    # been read (indexes/settings.py backfills them).
+    embedder: str | None = Field(default=None, max_length=64)
+    language: str | None = Field(default=None, max_length=16)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
@@ -503,6 +508,13 @@ def _index_sources(conn: Connection) -> None:
     """Sources an index syncs from (folders, buckets) and what their syncs wrote (gateway/sync/)."""
     for model in (IndexSource, IndexSourceFile):
         model.__table__.create(conn, checkfirst=True)
+def _index_languages(conn: Connection) -> None:
+    """Each index's embedder and full-text language (a database made before version 12 lacks the columns; its
+    rows stay NULL until the gateway has read the worker's marker of each, see gateway/indexes/settings.py)."""
+    columns = {c["name"] for c in inspect(conn).get_columns("indexes")}
+    for name, ddl in {"embedder": "VARCHAR(64) NULL", "language": "VARCHAR(16) NULL"}.items():
+        if name not in columns:
+            conn.execute(text(f"ALTER TABLE indexes ADD COLUMN {name} {ddl}"))
 
 
 # (version, name, change). Append only; a deployed version is never edited.
@@ -522,6 +534,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
         "index sources: folders and buckets an index syncs from, and what their syncs wrote",
         _index_sources,
     ),
+    (12, "each index's embedder and full-text language", _index_languages),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

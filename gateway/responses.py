@@ -174,9 +174,17 @@ class IndexOut(Out):
         "administrator rights"
     )
     via_group: str | None = Field(default=None, description="the group's name when `via` is group")
-    # On the answer to a create that chose them: the worker's table keeps them (docs/configuration.md).
-    embedder: str | None = None
-    language: str | None = None
+    # Fixed when the index is made; the worker's table keeps them (docs/configuration.md, "Languages").
+    embedder: str | None = Field(
+        default=None,
+        description="the embedding model of its passages: `default` (MiniLM) or `multilingual-e5-small`; null "
+        "only on an index from before the gateway stored it, until the worker's marker has been read",
+    )
+    language: str | None = Field(
+        default=None,
+        description="the ISO 639-1 code of its full-text index's language (stemmer, or n-grams for zh/ja/ko); "
+        "null as `embedder`",
+    )
 
 
 class IndexFull(IndexOut):

@@ -212,5 +212,10 @@ class WorkerClient:
         body = {"embedder": embedder, "language": language}
         return await self.request_json("PUT", f"/indexes/{index}", json=body, idempotent=True)
 
+    async def index_settings(self, index: str) -> dict:
+        """{"index", "embedder", "language"} of an existing index (GET /indexes/<index>; a 404 when it has no
+        table yet)."""
+        return await self.request_json("GET", f"/indexes/{index}")
+
     async def drop_index(self, index: str) -> None:
         await self.request_json("DELETE", f"/indexes/{index}", idempotent=True)

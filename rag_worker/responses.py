@@ -58,6 +58,12 @@ class IndexCreated(_Open):
     language: str
 
 
+class IndexSettings(_Open):
+    index: str
+    embedder: str
+    language: str
+
+
 class Dropped(_Open):
     index: str
     dropped: bool

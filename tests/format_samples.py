@@ -212,3 +212,65 @@ def msg_bytes() -> bytes:
             ("ward costs.csv", MSG_TABLE.encode()),
         ],
     )
+
+
+def cjk_pdf_bytes(
+    lines: list[str], font: str = "HYSMyeongJo-Medium", registry=("Adobe", "Korea1", 2)
+) -> bytes:
+    """A one-page PDF whose text layer holds `lines` in any script, as Korean, Chinese or Japanese office software
+    writes them: a Type0 font (Identity-H, 2-byte codes) not embedded, named as one of the standard CJK fonts
+    (HYSMyeongJo-Medium is Adobe-Korea1's), and a ToUnicode map from each code to its character, which is what
+    text extraction reads. No font file is needed to make or to read it (none with Hangul is installed here);
+    a viewer without the font shows a substitute."""
+    chars = sorted({c for line in lines for c in line})
+    cid = {c: i + 1 for i, c in enumerate(chars)}
+    ops = ["BT", "/F1 14 Tf", "18 TL", "72 760 Td"]
+    for line in lines:
+        ops.append("<" + "".join(f"{cid[c]:04X}" for c in line) + "> Tj T*")
+    ops.append("ET")
+    content = "\n".join(ops).encode()
+    bf = []
+    for i in range(0, len(chars), 100):
+        block = chars[i : i + 100]
+        bf.append(f"{len(block)} beginbfchar")
+        bf += [f"<{cid[c]:04X}> <{ord(c):04X}>" for c in block]
+        bf.append("endbfchar")
+    cmap = "\n".join(
+        [
+            "/CIDInit /ProcSet findresource begin",
+            "12 dict begin",
+            "begincmap",
+            "/CIDSystemInfo << /Registry (Adobe) /Ordering (UCS) /Supplement 0 >> def",
+            "/CMapName /Adobe-Identity-UCS def",
+            "/CMapType 2 def",
+            "1 begincodespacerange",
+            "<0000> <FFFF>",
+            "endcodespacerange",
+            *bf,
+            "endcmap",
+            "CMapName currentdict /CMap defineresource pop",
+            "end",
+            "end",
+        ]
+    ).encode()
+    reg, order, sup = registry
+    objs = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>",
+        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
+        f"<< /Type /Font /Subtype /Type0 /BaseFont /{font} /Encoding /Identity-H /DescendantFonts [6 0 R] /ToUnicode 8 0 R >>".encode(),
+        f"<< /Type /Font /Subtype /CIDFontType2 /BaseFont /{font} /CIDSystemInfo << /Registry ({reg}) /Ordering ({order}) /Supplement {sup} >> /FontDescriptor 7 0 R /DW 1000 /CIDToGIDMap /Identity >>".encode(),
+        f"<< /Type /FontDescriptor /FontName /{font} /Flags 6 /FontBBox [0 -141 1000 859] /ItalicAngle 0 /Ascent 859 /Descent -141 /CapHeight 700 /StemV 80 >>".encode(),
+        b"<< /Length %d >>\nstream\n" % len(cmap) + cmap + b"\nendstream",
+    ]
+    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for n, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref)
+    return bytes(out)

@@ -10,6 +10,7 @@ from ..context import Context, in_thread
 from ..db import Index, IndexGrant
 from ..errors import ApiError
 from .reconcile import sync_documents
+from .settings import backfill
 
 DEMO_TABLE = "demo"
 
@@ -51,3 +52,4 @@ async def adopt_demo_index(c: Context, owner_id: int) -> None:
     index_id = await in_thread(create)
     if index_id is not None:
         await sync_documents(c, index_id)
+        await backfill(c)  # its embedder and language, from the worker's marker of the demo table

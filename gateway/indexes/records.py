@@ -54,6 +54,8 @@ def index_json(s: Session, access: Access, with_documents: bool = False) -> dict
         "status": index.status,
         "document_count": index.document_count,
         "chunks": index.chunk_count,
+        "embedder": index.embedder,
+        "language": index.language,
         "created_at": iso(index.created_at),
         "updated_at": iso(index.updated_at),
         "datasets": datasets_of(s, index.id),

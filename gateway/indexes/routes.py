@@ -11,6 +11,8 @@ from sqlmodel import col, delete, select
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from contract.languages import DEFAULT_EMBEDDER, DEFAULT_INDEX_LANGUAGE
+
 from .. import audit, ranges
 from ..access import EDITOR, OWNER, READER, Access, index_access, read_index, readable_indexes, require_index
 from ..context import Context, ctx, current_user, in_thread, path_id, read_json
@@ -41,6 +43,10 @@ async def create_index(request: Request) -> JSONResponse:
     user, c = await current_user(request), ctx(request)
     body = await read_json(request, IndexCreate)
 
+    # One name for the row and the worker's table (a second call would draw another random suffix, and the
+    # table made below with the chosen language would not be the one the index uses).
+    worker_name = worker_table_name(user.id, body.name)
+
     def create() -> dict:
         with c.db.session() as s:
             if s.exec(select(Index.id).where(Index.owner_id == user.id, Index.name == body.name)).first():
@@ -49,7 +55,10 @@ async def create_index(request: Request) -> JSONResponse:
                 owner_id=user.id,
                 name=body.name,
                 description=body.description,
-                worker_name=worker_table_name(user.id, body.name),
+                worker_name=worker_name,
+                # What the worker makes its table with: the choice, or its defaults (indexes/settings.py).
+                embedder=body.embedder or DEFAULT_EMBEDDER,
+                language=body.language or DEFAULT_INDEX_LANGUAGE,
             )
             s.add(index)
             try:
@@ -65,9 +74,7 @@ async def create_index(request: Request) -> JSONResponse:
         # The worker's table is made now, with the embedder and full-text language it keeps for good; if it
         # cannot be, the index is not left half made.
         try:
-            fixed = await c.worker.create_index(
-                worker_table_name(user.id, body.name), body.embedder, body.language
-            )
+            fixed = await c.worker.create_index(worker_name, body.embedder, body.language)
         except BaseException:
             await in_thread(lambda: _forget_index(c, user.id, made["id"]))
             raise

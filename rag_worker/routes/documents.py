@@ -22,7 +22,7 @@ from ..ingest.formats import kind_of
 from ..ingest.records import Progress, stage_detail
 from ..names import check_filename, check_name
 from ..openapi import FILENAME_SCHEMA, NAME_SCHEMA, json_content, link, path_param, query_param, sse
-from ..responses import Added, Deleted, Dropped, FileInfo, IndexCreated
+from ..responses import Added, Deleted, Dropped, FileInfo, IndexCreated, IndexSettings
 from ..schemas import FileName, Name, parse
 from ..services import Services
 from ..sse import frame, sse_response
@@ -375,6 +375,20 @@ def create_index(index: str):
     return jsonify({"index": index, "created": created, **svc.store.index_settings(index)}), (
         201 if created else 200
     )
+
+
+@routes.get(
+    "/indexes/<index>",
+    "The embedder and full-text language an index was made with (its table's marker)",
+    answer=IndexSettings,
+    params=(path_param("index"),),
+    errors=(400, 404),
+)
+def index_settings(index: str):
+    """What the gateway stores beside its index row (and backfills rows made before it stored them)."""
+    svc = services()
+    index = check_name(index, "index")
+    return jsonify({"index": index, **svc.store.index_settings(index)})
 
 
 @routes.delete(

@@ -278,3 +278,24 @@ def test_the_admin_shares_an_index_with_a_group_and_a_member_asks_it_but_cannot_
     expect(grant).to_contain_text(USER)
     page.locator("#audit-action").select_option("group.")
     expect(page.locator(".audit-row").first).to_contain_text("added member1 to support")
+
+
+def test_an_index_made_in_korean_says_so_in_the_list(page: Page, stack):
+    """The create form's language and embedder go to the worker's table, and the index list shows them."""
+    import httpx
+
+    page.goto("/#/documents")
+    page.locator("#new-index-name").fill("hangul")
+    page.get_by_label("Language of its documents").select_option("ko")
+    page.get_by_role("button", name="Create index").click()
+    expect(page.locator(".index-title")).to_have_text("hangul")
+    link = page.locator(".index-link", has_text="hangul")
+    expect(link.locator(".index-settings")).to_have_text("Korean · MiniLM (English)")
+    # The first index, made with the defaults, says those.
+    expect(page.locator(".index-link", has_text="birds").locator(".index-settings")).to_have_text(
+        "English · MiniLM (English)"
+    )
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    with httpx.Client(base_url=stack, timeout=60, cookies=cookies) as client:
+        made = [i for i in client.get("/api/indexes").json() if i["name"] == "hangul"]
+    assert [(i["language"], i["embedder"]) for i in made] == [("ko", "default")]

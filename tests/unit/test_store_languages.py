@@ -103,7 +103,7 @@ def test_full_text_search_follows_the_index_language(store):
         assert hits and hits[0].text == (FRENCH[1] if "voiture" in query else FRENCH[0]), query
     assert store.search("en_docs", "cheval", mode="fts", limit=2) == []
 
-    # Korean (a text document: Debian has no font with Hangul here to make a PDF of it): 2-grams find words
+    # Korean (here as chunks; tests/integration/worker/test_languages.py uploads a Korean PDF): 2-grams find words
     # inside runs with particles attached ("김치찌개를"), which the simple tokenizer never splits.
     store.create_index("ko_docs", language="ko")
     store.add_chunks("ko_docs", rows("ko.md", KOREAN))

@@ -1,4 +1,5 @@
 import { parseFrames } from "./sse.js";
+import { t } from "./i18n.js";
 
 // The gateway's REST API (GATEWAY_API.md): the one place that knows URLs, the token and error shapes.
 
@@ -66,7 +67,7 @@ export async function send(method, path, { json, body, headers = {}, signal } = 
     response = await fetch(path, init);
   } catch (err) {
     if (err.name === "AbortError") throw err;
-    throw new ApiError(0, "The server cannot be reached. Check your connection and try again.", "network");
+    throw new ApiError(0, t("The server cannot be reached. Check your connection and try again."), "network");
   }
   if (!response.ok) {
     checkUnauthorized(response.status, hadSession);
@@ -169,7 +170,7 @@ export const api = {
   cancelJob: (id) => call("POST", `/api/jobs/${encodeURIComponent(id)}/cancel`),
 
   listIndexes: async () => list(await call("GET", "/api/indexes"), "indexes"),
-  createIndex: (name, description) => call("POST", "/api/indexes", { name, description }),
+  createIndex: (name, description, { embedder, language } = {}) => call("POST", "/api/indexes", { name, description, embedder, language }),
   getIndex: (id) => call("GET", `/api/indexes/${encodeURIComponent(id)}`),
   deleteIndex: (id) => call("DELETE", `/api/indexes/${encodeURIComponent(id)}`),
   listDatasets: async (id) =>
@@ -278,7 +279,7 @@ export function uploadDocument(indexId, file, dataset, onProgress, onStage = () 
       if (xhr.status >= 200 && xhr.status < 300 && (xhr.getResponseHeader("Content-Type") || "").startsWith("text/event-stream")) {
         readFrames();
         if (last?.event === "done") resolve(last.payload);
-        else reject(new ApiError(xhr.status, last?.payload?.error || "Indexing stopped before it finished.", last?.payload?.code || "interrupted"));
+        else reject(new ApiError(xhr.status, last?.payload?.error || t("Indexing stopped before it finished."), last?.payload?.code || "interrupted"));
         return;
       }
       try {
@@ -295,7 +296,7 @@ export function uploadDocument(indexId, file, dataset, onProgress, onStage = () 
       reject(new ApiError(xhr.status, message, body?.code || "", body?.field ?? null));
     });
     xhr.addEventListener("error", () =>
-      reject(new ApiError(0, "The upload was cut off. Check your connection and try again.", "network")),
+      reject(new ApiError(0, t("The upload was cut off. Check your connection and try again."), "network")),
     );
     const form = new FormData();
     form.append("dataset", dataset);

@@ -1,6 +1,7 @@
 // Modal confirm / prompt built on <dialog>: focus is trapped, Escape cancels, focus returns to the opener.
 
 import { h } from "./dom.js";
+import { t } from "./i18n.js";
 
 function open(dialog) {
   const opener = document.activeElement;
@@ -28,7 +29,7 @@ export async function confirmDialog({ title, message, confirm = "OK", danger = f
       h(
         "div",
         { class: "modal-actions" },
-        h("button", { class: "button ghost", value: "cancel", text: "Cancel" }),
+        h("button", { class: "button ghost", value: "cancel", text: t("Cancel") }),
         h("button", { class: `button ${danger ? "danger" : "primary"}`, value: "ok", text: confirm }),
       ),
     ),
@@ -37,7 +38,7 @@ export async function confirmDialog({ title, message, confirm = "OK", danger = f
 }
 
 /** Resolves the entered text, or null when cancelled. */
-export async function promptDialog({ title, label, value = "", confirm = "Save" }) {
+export async function promptDialog({ title, label, value = "", confirm = t("Save") }) {
   const input = h("input", { class: "input", name: "value", value, required: true, autocomplete: "off" });
   const dialog = h(
     "dialog",
@@ -50,7 +51,7 @@ export async function promptDialog({ title, label, value = "", confirm = "Save" 
       h(
         "div",
         { class: "modal-actions" },
-        h("button", { class: "button ghost", value: "cancel", formnovalidate: true, text: "Cancel" }),
+        h("button", { class: "button ghost", value: "cancel", formnovalidate: true, text: t("Cancel") }),
         h("button", { class: "button primary", value: "ok", text: confirm }),
       ),
     ),

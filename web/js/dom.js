@@ -1,6 +1,8 @@
 // Small DOM helpers: elements are built with properties and text nodes, never from HTML strings,
 // so text from the server is inert by construction. (Markdown answers go through markdown.js.)
 
+import { formatNumber, t } from "./i18n.js";
+
 /**
  * h("button", {class: "primary", onclick: fn, "aria-label": "Send"}, "Send")
  * Keys starting with "on" become listeners, `class`/`text` are shortcuts, `dataset` is an object,
@@ -58,35 +60,26 @@ export function announce(message) {
   }, 50);
 }
 
-/** "3 min ago", "yesterday", or a date: for chat lists and document tables. */
-export function relativeTime(value) {
-  if (!value) return "";
-  const date = new Date(value);
-  if (Number.isNaN(date.getTime())) return "";
-  const seconds = (Date.now() - date.getTime()) / 1000;
-  const rtf = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
-  if (seconds < 45) return "just now";
-  if (seconds < 3600) return rtf.format(-Math.round(seconds / 60), "minute");
-  if (seconds < 86400) return rtf.format(-Math.round(seconds / 3600), "hour");
-  if (seconds < 7 * 86400) return rtf.format(-Math.round(seconds / 86400), "day");
-  return date.toLocaleDateString();
-}
+// Relative times, dates and numbers are formatted by Intl in the interface's locale (i18n.js).
+export { formatDate, formatNumber, relativeTime } from "./i18n.js";
 
 export function formatBytes(bytes) {
   if (typeof bytes !== "number") return "";
-  const units = ["B", "KB", "MB", "GB"];
+  const units = [t("B"), t("KB"), t("MB"), t("GB")];
   let size = bytes;
   let unit = 0;
   while (size >= 1024 && unit < units.length - 1) {
     size /= 1024;
     unit += 1;
   }
-  return `${size < 10 && unit ? size.toFixed(1) : Math.round(size)} ${units[unit]}`;
+  const digits = size < 10 && unit ? 1 : 0;
+  return `${formatNumber(size, { minimumFractionDigits: digits, maximumFractionDigits: digits })} ${units[unit]}`;
 }
 
 export function formatSeconds(ms) {
   if (typeof ms !== "number" || !Number.isFinite(ms)) return "";
-  return ms < 1000 ? `${Math.max(0, Math.round(ms))} ms` : `${(ms / 1000).toFixed(1)} s`;
+  if (ms < 1000) return `${formatNumber(Math.max(0, Math.round(ms)))} ms`;
+  return `${formatNumber(ms / 1000, { minimumFractionDigits: 1, maximumFractionDigits: 1 })} s`;
 }
 
 /** An inline SVG icon from the sprite-free set below; decorative, so hidden from screen readers. */

@@ -3,6 +3,7 @@
 // the unsupported sentences themselves marked inside the rendered answer.
 
 import { h } from "./dom.js";
+import { t } from "./i18n.js";
 
 const CITATION = /\[S\d+(?:\s*[,;]\s*S\d+)*\]/g;
 const WORD_CHAR = /[\p{L}\p{N}]/u;
@@ -13,22 +14,22 @@ export function groundingBadge(grounding) {
   if (grounding.answer_mode === "extractive") {
     return h("span", {
       class: "grounding-badge quoted",
-      text: "quoted from the sources",
-      title: "An extractive answer: sentences quoted from the sources, not written by the model",
+      text: t("quoted from the sources"),
+      title: t("An extractive answer: sentences quoted from the sources, not written by the model"),
     });
   }
   if (grounding.action === "refused") {
     const d = grounding.draft || grounding;
     return h("span", {
       class: "grounding-badge refused",
-      text: `draft withheld: grounded ${d.supported}/${d.checked} sentences`,
+      text: t("draft withheld: grounded {supported}/{checked} sentences", { supported: d.supported, checked: d.checked }),
     });
   }
   const all = grounding.supported === grounding.checked;
   return h("span", {
     class: `grounding-badge ${all ? "grounded" : "partly"}`,
-    text: `grounded ${grounding.supported}/${grounding.checked} sentences`,
-    title: "Sentences of the answer backed by the passages the model read",
+    text: t("grounded {supported}/{checked} sentences", { supported: grounding.supported, checked: grounding.checked }),
+    title: t("Sentences of the answer backed by the passages the model read"),
   });
 }
 
@@ -37,7 +38,7 @@ export function groundingBanner(grounding) {
   const unsupported = unsupportedSentences(grounding);
   if (grounding?.answer_mode === "extractive" || !unsupported.length) return null;
   const n = unsupported.length;
-  return `${n} sentence${n === 1 ? " is" : "s are"} not supported by the sources and ${n === 1 ? "is" : "are"} marked.`;
+  return t("{count} sentences are not supported by the sources and are marked.", { count: n });
 }
 
 function unsupportedSentences(grounding) {
@@ -75,7 +76,7 @@ export function markUnsupported(root, grounding) {
     const range = document.createRange();
     range.setStart(seg.node, seg.start);
     range.setEnd(seg.node, seg.end);
-    range.surroundContents(h("mark", { class: "ungrounded", title: "Not supported by the sources" }));
+    range.surroundContents(h("mark", { class: "ungrounded", title: t("Not supported by the sources") }));
   }
 }
 

@@ -16,12 +16,13 @@ import { SettingsView } from "./views/settings.js";
 import "./views/turnstats.js"; // its "Statistics" tab in the Admin area
 
 const app = document.getElementById("app");
+import { t } from "./i18n.js";
 let shell = null;
 let currentView = null;
 let loginNotice = "";
 
 setUnauthorizedHandler(() => {
-  loginNotice = "Your session has ended. Please sign in again.";
+  loginNotice = t("Your session has ended. Please sign in again.");
   currentView?.destroy?.();
   currentView = null;
   shell = null;
@@ -62,7 +63,7 @@ function showLogin() {
   currentView?.destroy?.();
   currentView = null;
   shell = null;
-  document.title = "Sign in · RAG Chat";
+  document.title = t("Sign in · RAG Chat");
   const notice = loginNotice;
   loginNotice = "";
   mount(
@@ -89,7 +90,7 @@ function themeButton() {
   const update = () => {
     const dark = currentTheme() === "dark";
     button.replaceChildren(icon(dark ? "sun" : "moon"));
-    button.setAttribute("aria-label", dark ? "Switch to light theme" : "Switch to dark theme");
+    button.setAttribute("aria-label", dark ? t("Switch to light theme") : t("Switch to dark theme"));
     button.title = button.getAttribute("aria-label");
   };
   update();
@@ -102,7 +103,7 @@ function ensureShell() {
   const user = session.user || {};
   const chatList = new ChatList({ onOpen: (id) => navigate(`#/chats/${encodeURIComponent(id)}`) });
   const main = h("main", { id: "main", class: "main", tabindex: "-1" });
-  const sidebar = h("aside", { class: "sidebar", id: "sidebar", "aria-label": "Chats and navigation" });
+  const sidebar = h("aside", { class: "sidebar", id: "sidebar", "aria-label": t("Chats and navigation") });
   const scrim = h("div", { class: "scrim", onclick: () => shellApi.closeSidebar() });
   const navLink = (name, label, iconName) =>
     h("a", { class: "nav-link", href: `#/${name}`, dataset: { nav: name } }, icon(iconName), h("span", { text: label }));
@@ -112,10 +113,10 @@ function ensureShell() {
     h(
       "div",
       { class: "sidebar-head" },
-      h("a", { class: "brand", href: "#/chats" }, h("span", { class: "brand-mark", "aria-hidden": "true", text: "◆" }), "RAG Chat"),
+      h("a", { class: "brand", href: "#/chats" }, h("span", { class: "brand-mark", "aria-hidden": "true", text: "◆" }), t("RAG Chat")),
       h(
         "button",
-        { class: "icon-button only-narrow", type: "button", "aria-label": "Close menu", onclick: () => shellApi.closeSidebar() },
+        { class: "icon-button only-narrow", type: "button", "aria-label": t("Close menu"), onclick: () => shellApi.closeSidebar() },
         icon("close"),
       ),
     ),
@@ -130,15 +131,15 @@ function ensureShell() {
         },
       },
       icon("plus"),
-      h("span", { text: "New chat" }),
+      h("span", { text: t("New chat") }),
     ),
     chatList.element,
     h(
       "nav",
-      { class: "sidebar-nav", "aria-label": "Sections" },
-      navLink("documents", "Documents", "files"),
-      navLink("keys", "API keys", "key"),
-      navLink("settings", "Settings", "settings"),
+      { class: "sidebar-nav", "aria-label": t("Sections") },
+      navLink("documents", t("Documents"), "files"),
+      navLink("keys", t("API keys"), "key"),
+      navLink("settings", t("Settings"), "settings"),
       adminLink(navLink),
     ),
     h(
@@ -152,8 +153,8 @@ function ensureShell() {
         {
           class: "icon-button",
           type: "button",
-          "aria-label": "Sign out",
-          title: "Sign out",
+          "aria-label": t("Sign out"),
+          title: t("Sign out"),
           onclick: async () => {
             try {
               await api.logout();
@@ -195,7 +196,7 @@ function ensureShell() {
         { class: "topbar" },
         h(
           "button",
-          { class: "icon-button only-narrow", type: "button", "aria-label": "Open menu", "aria-controls": "sidebar", onclick: () => shellApi.openSidebar() },
+          { class: "icon-button only-narrow", type: "button", "aria-label": t("Open menu"), "aria-controls": "sidebar", onclick: () => shellApi.openSidebar() },
           icon("menu"),
         ),
         title,
@@ -219,6 +220,9 @@ document.addEventListener("click", (event) => {
 });
 
 async function start() {
+  // index.html's own texts, in the interface's language (i18n.js has set <html lang> already).
+  const skip = document.querySelector(".skip-link");
+  if (skip) skip.textContent = t("Skip to content");
   onRoute(route);
   try {
     // Signed in when the browser holds a valid session cookie (from this tab or another).

@@ -124,3 +124,49 @@ def test_bad_index_creations_are_4xx_json(worker):
     )
     names = httpx.get(worker.url + "/get_documents", params={"index": "never_made"})
     assert names.status_code == 404, "a refused creation made nothing"
+
+
+KOREAN = [
+    "서울에서 김치찌개를 먹었습니다. 정말 맛있었어요.",
+    "부산 해운대 해수욕장은 여름에 사람들로 붐빈다.",
+]
+
+
+def test_a_korean_pdf_is_found_by_full_text_search(worker, corpus_root):
+    """A Korean PDF through the worker's own upload (Docling reads its text layer) into an index made in Korean:
+    its words, attached to particles in the text ("김치찌개를"), are found by the full-text index's 2-grams."""
+    from rag_worker.embeddings import Embedder
+    from rag_worker.settings import packaged_embedding_model
+    from rag_worker.store import Store
+    from tests.format_samples import cjk_pdf_bytes
+
+    made = httpx.put(worker.url + "/indexes/hangul_pdf", json={"language": "ko"}, timeout=120)
+    assert made.status_code == 201, made.text
+    # What the gateway reads to fill in its rows: the table's settings; no table is a 404, a bad name a 400.
+    settings = httpx.get(worker.url + "/indexes/hangul_pdf", timeout=30)
+    assert settings.json() == {"index": "hangul_pdf", "embedder": "default", "language": "ko"}
+    missing = httpx.get(worker.url + "/indexes/never_made_ko", timeout=30)
+    assert missing.status_code == 404 and missing.json()["error"]
+    assert httpx.get(worker.url + "/indexes/bad%20name", timeout=30).status_code == 400
+
+    up = httpx.post(
+        worker.url + "/add_document",
+        data={"index": "hangul_pdf", "dataset": "ko"},
+        files={"file": ("seoul.pdf", cjk_pdf_bytes(KOREAN), "application/pdf")},
+        timeout=300,
+    )
+    assert up.status_code == 200, up.text
+    assert up.json()["chunks"] >= 1
+
+    [table] = list(corpus_root.rglob("hangul_pdf*.lance"))
+    # The worker's table read in this process (real LanceDB), its marker checked against the same MiniLM.
+    embedder = Embedder(packaged_embedding_model(), batch_size=4, max_length=256, torch_threads=1)
+    store = Store(table.parent, embedder)
+    for word, line in (("김치찌개", KOREAN[0]), ("해수욕장", KOREAN[1]), ("해운대", KOREAN[1])):
+        hits = store.search("hangul_pdf", word, mode="fts", limit=3)
+        assert hits, word
+        assert hits[0].filename == "seoul.pdf" and line in hits[0].text.replace("\n", " "), (
+            word,
+            hits[0].text,
+        )
+    assert store.search("hangul_pdf", "불고기", mode="fts", limit=3) == []  # a word the PDF does not have

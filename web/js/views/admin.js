@@ -6,6 +6,7 @@ import { api, session } from "../api.js";
 import { confirmDialog, promptDialog } from "../dialogs.js";
 import { announce, h, icon, mount, relativeTime } from "../dom.js";
 import { replaceRoute } from "../router.js";
+import { t } from "../i18n.js";
 
 const TABS = [];
 
@@ -24,21 +25,21 @@ export class AdminView {
   constructor(shell, tabId) {
     this.shell = shell;
     this.tabId = tabId;
-    this.tabBar = h("div", { class: "tabs", role: "tablist", "aria-label": "Admin sections" });
+    this.tabBar = h("div", { class: "tabs", role: "tablist", "aria-label": t("Admin sections") });
     this.panel = h("div", { class: "tab-panel", role: "tabpanel", tabindex: "-1" });
     this.element = h(
       "section",
       { class: "page admin-view", "aria-labelledby": "admin-title" },
-      shell.header(h("h1", { class: "topbar-title", id: "admin-title", text: "Admin" })),
+      shell.header(h("h1", { class: "topbar-title", id: "admin-title", text: t("Admin") })),
       h("div", { class: "page-body" }, this.tabBar, this.panel),
     );
     this.cleanup = null;
   }
 
   start() {
-    document.title = "Admin · RAG Chat";
+    document.title = t("Admin · RAG Chat");
     if (!session.user?.is_admin) {
-      mount(this.panel, h("p", { class: "muted", text: "Only administrators can open this page." }));
+      mount(this.panel, h("p", { class: "muted", text: t("Only administrators can open this page.") }));
       return;
     }
     const tab = TABS.find((t) => t.id === this.tabId) || TABS[0];
@@ -76,7 +77,7 @@ function renderGroups(root) {
     error.textContent = err.message;
     error.hidden = false;
   };
-  const name = h("input", { class: "input", id: "new-group-name", required: true, maxlength: 64, placeholder: "e.g. support", autocomplete: "off" });
+  const name = h("input", { class: "input", id: "new-group-name", required: true, maxlength: 64, placeholder: t("e.g. support"), autocomplete: "off" });
 
   const refresh = async () => {
     let groups;
@@ -88,12 +89,12 @@ function renderGroups(root) {
     }
     mount(
       list,
-      groups.length ? groups.map((group) => groupCard(group)) : h("p", { class: "muted", text: "No groups yet. A group can be given access to indexes in one share." }),
+      groups.length ? groups.map((group) => groupCard(group)) : h("p", { class: "muted", text: t("No groups yet. A group can be given access to indexes in one share.") }),
     );
   };
 
   const groupCard = (group) => {
-    const member = h("input", { class: "input small", placeholder: "username", autocomplete: "off", "aria-label": `Add a member to ${group.name}` });
+    const member = h("input", { class: "input small", placeholder: t("username"), autocomplete: "off", "aria-label": t("Add a member to {name}", { name: group.name }) });
     return h(
       "div",
       { class: "card group-card", dataset: { group: group.name } },
@@ -101,20 +102,20 @@ function renderGroups(root) {
         "div",
         { class: "group-head" },
         h("h3", { class: "group-name", text: group.name }),
-        h("span", { class: "muted small", text: `${group.members.length} member${group.members.length === 1 ? "" : "s"}` }),
+        h("span", { class: "muted small", text: t("{count} members", { count: group.members.length }) }),
         h(
           "button",
           {
             class: "icon-button small",
             type: "button",
-            "aria-label": `Rename ${group.name}`,
-            title: "Rename",
+            "aria-label": t("Rename {name}", { name: group.name }),
+            title: t("Rename"),
             onclick: async () => {
-              const value = await promptDialog({ title: `Rename ${group.name}`, label: "Name", value: group.name });
+              const value = await promptDialog({ title: t("Rename {name}", { name: group.name }), label: t("Name"), value: group.name });
               if (!value || value === group.name) return;
               try {
                 await api.updateGroup(group.id, { name: value });
-                announce(`Renamed to ${value}`);
+                announce(t("Renamed to {value}", { value }));
               } catch (err) {
                 fail(err);
               }
@@ -128,19 +129,19 @@ function renderGroups(root) {
           {
             class: "icon-button small",
             type: "button",
-            "aria-label": `Delete ${group.name}`,
-            title: "Delete",
+            "aria-label": t("Delete {name}", { name: group.name }),
+            title: t("Delete"),
             onclick: async () => {
               const ok = await confirmDialog({
-                title: `Delete the group “${group.name}”?`,
-                message: "Its members lose what was shared with the group (their own shares stay).",
-                confirm: "Delete group",
+                title: t("Delete the group “{name}”?", { name: group.name }),
+                message: t("Its members lose what was shared with the group (their own shares stay)."),
+                confirm: t("Delete group"),
                 danger: true,
               });
               if (!ok) return;
               try {
                 await api.deleteGroup(group.id);
-                announce(`Group ${group.name} deleted`);
+                announce(t("Group {name} deleted", { name: group.name }));
               } catch (err) {
                 fail(err);
               }
@@ -152,7 +153,7 @@ function renderGroups(root) {
       ),
       h(
         "ul",
-        { class: "member-list", role: "list", "aria-label": `Members of ${group.name}` },
+        { class: "member-list", role: "list", "aria-label": t("Members of {name}", { name: group.name }) },
         group.members.map((m) =>
           h(
             "li",
@@ -163,12 +164,12 @@ function renderGroups(root) {
               {
                 class: "icon-button small",
                 type: "button",
-                "aria-label": `Remove ${m.username} from ${group.name}`,
-                title: "Remove",
+                "aria-label": t("Remove {username} from {name}", { username: m.username, name: group.name }),
+                title: t("Remove"),
                 onclick: async () => {
                   try {
                     await api.removeMember(group.id, m.id);
-                    announce(`${m.username} removed from ${group.name}`);
+                    announce(t("{username} removed from {name}", { username: m.username, name: group.name }));
                   } catch (err) {
                     fail(err);
                   }
@@ -190,7 +191,7 @@ function renderGroups(root) {
             if (!member.value.trim()) return;
             try {
               await api.addMember(group.id, member.value.trim());
-              announce(`${member.value.trim()} added to ${group.name}`);
+              announce(t("{username} added to {name}", { username: member.value.trim(), name: group.name }));
             } catch (err) {
               fail(err);
               return;
@@ -199,7 +200,7 @@ function renderGroups(root) {
           },
         },
         member,
-        h("button", { class: "button small", type: "submit", text: "Add member" }),
+        h("button", { class: "button small", type: "submit", text: t("Add member") }),
       ),
     );
   };
@@ -216,7 +217,7 @@ function renderGroups(root) {
           try {
             const group = await api.createGroup(name.value.trim());
             name.value = "";
-            announce(`Group ${group.name} created`);
+            announce(t("Group {name} created", { name: group.name }));
           } catch (err) {
             fail(err);
             return;
@@ -224,8 +225,8 @@ function renderGroups(root) {
           await refresh();
         },
       },
-      h("label", { class: "field inline", for: "new-group-name" }, h("span", { text: "New group" }), name),
-      h("button", { class: "button primary", type: "submit" }, icon("plus"), h("span", { text: "Create group" })),
+      h("label", { class: "field inline", for: "new-group-name" }, h("span", { text: t("New group") }), name),
+      h("button", { class: "button primary", type: "submit" }, icon("plus"), h("span", { text: t("Create group") })),
     ),
     error,
     list,
@@ -236,43 +237,45 @@ function renderGroups(root) {
 // ---- Audit log ---------------------------------------------------------------------------------------------------
 
 const ACTIONS = [
-  ["", "Every event"],
-  ["index.", "Indexes: shares, transfers, deletions"],
-  ["document.", "Documents deleted"],
-  ["group.", "Groups"],
-  ["user.", "Accounts"],
-  ["auth.", "Sign-in failures"],
-  ["key.", "API keys"],
-  ["settings.", "Settings"],
+  ["", t("Every event")],
+  ["index.", t("Indexes: shares, transfers, deletions")],
+  ["document.", t("Documents deleted")],
+  ["group.", t("Groups")],
+  ["user.", t("Accounts")],
+  ["auth.", t("Sign-in failures")],
+  ["key.", t("API keys")],
+  ["settings.", t("Settings")],
 ];
 
 function describe(event) {
   const d = event.detail || {};
   switch (event.action) {
     case "index.grant":
-      return `shared “${d.index}” with ${d.subject} as ${d.role}${d.was ? ` (was ${d.was})` : ""}`;
+      return d.was
+        ? t("shared “{index}” with {subject} as {role} (was {was})", { index: d.index, subject: d.subject, role: d.role, was: d.was })
+        : t("shared “{index}” with {subject} as {role}", { index: d.index, subject: d.subject, role: d.role });
     case "index.revoke":
-      return `stopped sharing “${d.index}” with ${d.subject}`;
+      return t("stopped sharing “{index}” with {subject}", { index: d.index, subject: d.subject });
     case "index.transfer":
-      return `gave “${d.index}” from ${d.from} to ${d.to}`;
+      return t("gave “{index}” from {from} to {to}", { index: d.index, from: d.from, to: d.to });
     case "index.delete":
-      return `deleted the index “${d.index}”`;
+      return t("deleted the index “{index}”", { index: d.index });
     case "document.delete":
-      return `deleted ${d.filename} from “${d.index}”`;
+      return t("deleted {filename} from “{index}”", { filename: d.filename, index: d.index });
     case "group.create":
-      return `created the group ${d.name}`;
+      return t("created the group {name}", { name: d.name });
     case "group.rename":
-      return `renamed the group ${d.from} to ${d.to}`;
+      return t("renamed the group {from} to {to}", { from: d.from, to: d.to });
     case "group.delete":
-      return `deleted the group ${d.name}`;
+      return t("deleted the group {name}", { name: d.name });
     case "group.member_add":
-      return `added ${d.username} to ${d.name}`;
+      return t("added {username} to {name}", { username: d.username, name: d.name });
     case "group.member_remove":
-      return `removed ${d.username} from ${d.name}`;
+      return t("removed {username} from {name}", { username: d.username, name: d.name });
     case "user.create":
-      return `account ${d.username} created`;
+      return t("account {username} created", { username: d.username });
     case "auth.login_throttled":
-      return `failed sign-in as ${d.username} (slowed down)`;
+      return t("failed sign-in as {username} (slowed down)", { username: d.username });
     default:
       return `${event.object_type} ${event.object_id}`.trim();
   }
@@ -280,11 +283,11 @@ function describe(event) {
 
 function renderAudit(root) {
   const rows = h("tbody", {});
-  const more = h("button", { class: "button ghost", type: "button", hidden: true, text: "Older events" });
+  const more = h("button", { class: "button ghost", type: "button", hidden: true, text: t("Older events") });
   const error = h("p", { class: "form-error", role: "alert", hidden: true });
   const action = h(
     "select",
-    { class: "input", id: "audit-action", "aria-label": "Which events" },
+    { class: "input", id: "audit-action", "aria-label": t("Which events") },
     ACTIONS.map(([value, text]) => h("option", { value, text })),
   );
   let before = null;
@@ -316,7 +319,7 @@ function renderAudit(root) {
         ),
       );
     }
-    if (!rows.children.length) rows.append(h("tr", {}, h("td", { colspan: 5, class: "muted", text: "Nothing recorded yet." })));
+    if (!rows.children.length) rows.append(h("tr", {}, h("td", { colspan: 5, class: "muted", text: t("Nothing recorded yet.") })));
     before = page.next_before;
     more.hidden = !before;
   };
@@ -325,7 +328,7 @@ function renderAudit(root) {
 
   mount(
     root,
-    h("div", { class: "audit-filters" }, h("label", { class: "field inline", for: "audit-action" }, h("span", { text: "Show" }), action)),
+    h("div", { class: "audit-filters" }, h("label", { class: "field inline", for: "audit-action" }, h("span", { text: t("Show") }), action)),
     error,
     h(
       "div",
@@ -333,33 +336,33 @@ function renderAudit(root) {
       h(
         "table",
         { class: "doc-table audit-table" },
-        h("caption", { class: "visually-hidden", text: "Audit log, newest first" }),
+        h("caption", { class: "visually-hidden", text: t("Audit log, newest first") }),
         h(
           "thead",
           {},
           h(
             "tr",
             {},
-            h("th", { scope: "col", text: "When" }),
-            h("th", { scope: "col", text: "Who" }),
-            h("th", { scope: "col", text: "Event" }),
-            h("th", { scope: "col", text: "What" }),
-            h("th", { scope: "col", class: "hide-narrow", text: "From" }),
+            h("th", { scope: "col", text: t("When") }),
+            h("th", { scope: "col", text: t("Who") }),
+            h("th", { scope: "col", text: t("Event") }),
+            h("th", { scope: "col", text: t("What") }),
+            h("th", { scope: "col", class: "hide-narrow", text: t("From") }),
           ),
         ),
         rows,
       ),
     ),
     more,
-    h("p", { class: "hint muted", text: "The log is append-only: nobody can change or remove an event through the API." }),
+    h("p", { class: "hint muted", text: t("The log is append-only: nobody can change or remove an event through the API.") }),
   );
   load(true);
 }
 
-registerAdminTab({ id: "groups", label: "Groups", render: renderGroups });
-registerAdminTab({ id: "audit", label: "Audit log", render: renderAudit });
+registerAdminTab({ id: "groups", label: t("Groups"), render: renderGroups });
+registerAdminTab({ id: "audit", label: t("Audit log"), render: renderAudit });
 
 /** The sidebar's link to the Admin area, for administrators. */
 export function adminLink(navLink) {
-  return session.user?.is_admin ? navLink("admin", "Admin", "shield") : null;
+  return session.user?.is_admin ? navLink("admin", t("Admin"), "shield") : null;
 }

@@ -7,11 +7,12 @@ import { api, session } from "../api.js";
 import { confirmDialog, customDialog } from "../dialogs.js";
 import { announce, h, mount, relativeTime } from "../dom.js";
 import { registerAdminTab } from "./admin.js";
+import { t } from "../i18n.js";
 
 function passwordDialog(username) {
   return new Promise((resolve) => {
     let value = null;
-    customDialog(`New password for ${username}`, (close) => {
+    customDialog(t("New password for {username}", { username }), (close) => {
       const input = h("input", { class: "input", id: "reset-password", type: "password", minlength: 8, maxlength: 1024, required: true, autocomplete: "new-password" });
       queueMicrotask(() => input.focus());
       return h(
@@ -28,13 +29,13 @@ function passwordDialog(username) {
             value = input.value;
           },
         },
-        h("p", { class: "muted", text: "Their sessions end; tell them the new password so they can sign in. Their API keys go on working." }),
-        h("label", { class: "field", for: "reset-password" }, h("span", { text: "New password (at least 8 characters)" }), input),
+        h("p", { class: "muted", text: t("Their sessions end; tell them the new password so they can sign in. Their API keys go on working.") }),
+        h("label", { class: "field", for: "reset-password" }, h("span", { text: t("New password (at least 8 characters)") }), input),
         h(
           "div",
           { class: "modal-actions" },
-          h("button", { class: "button ghost", value: "cancel", formnovalidate: true, text: "Cancel", onclick: () => close("cancel") }),
-          h("button", { class: "button primary", value: "ok", text: "Set password" }),
+          h("button", { class: "button ghost", value: "cancel", formnovalidate: true, text: t("Cancel"), onclick: () => close("cancel") }),
+          h("button", { class: "button primary", value: "ok", text: t("Set password") }),
         ),
       );
     }).then(() => resolve(value));
@@ -51,7 +52,7 @@ export function renderUsers(root) {
 class UsersPanel {
   constructor() {
     this.status = h("p", { class: "muted small", role: "status" });
-    this.body = h("div", { class: "users-body" }, h("p", { class: "muted", text: "Loading…" }));
+    this.body = h("div", { class: "users-body" }, h("p", { class: "muted", text: t("Loading…") }));
     this.element = h("div", { class: "settings-body users-view" }, this.status, this.body);
   }
 
@@ -72,60 +73,62 @@ class UsersPanel {
     try {
       users = await api.listUsers();
     } catch (err) {
-      if (err.status === 404) mount(this.body, h("p", { class: "muted", text: "Only administrators manage users." }));
+      if (err.status === 404) mount(this.body, h("p", { class: "muted", text: t("Only administrators manage users.") }));
       else if (err.status !== 401) mount(this.body, h("p", { class: "form-error", role: "alert", text: err.message }));
       return;
     }
     const rows = users.map((user) => {
       const self = user.id === session.user?.id;
       const actions = self
-        ? [h("span", { class: "muted", text: "you" })]
+        ? [h("span", { class: "muted", text: t("you") })]
         : [
             h("button", {
               class: `button small${user.disabled ? "" : " danger"}`,
               type: "button",
-              text: user.disabled ? "Enable" : "Disable",
-              "aria-label": `${user.disabled ? "Enable" : "Disable"} ${user.username}`,
+              text: user.disabled ? t("Enable") : t("Disable"),
+              "aria-label": `${user.disabled ? t("Enable") : t("Disable")} ${user.username}`,
               onclick: async () => {
                 if (
                   !user.disabled &&
                   !(await confirmDialog({
-                    title: `Disable ${user.username}?`,
-                    message: "They are signed out everywhere, their API keys stop working, and they cannot sign in until enabled again.",
-                    confirm: "Disable",
+                    title: t("Disable {username}?", { username: user.username }),
+                    message: t("They are signed out everywhere, their API keys stop working, and they cannot sign in until enabled again."),
+                    confirm: t("Disable"),
                     danger: true,
                   }))
                 )
                   return;
-                this.act(() => api.updateUser(user.id, { disabled: !user.disabled }), `${user.username} ${user.disabled ? "enabled" : "disabled"}`);
+                this.act(() => api.updateUser(user.id, { disabled: !user.disabled }), (user.disabled ? t("{username} enabled", { username: user.username }) : t("{username} disabled", { username: user.username })));
               },
             }),
             h("button", {
               class: "button small",
               type: "button",
-              text: user.is_admin ? "Remove admin" : "Make admin",
-              "aria-label": `${user.is_admin ? "Remove admin from" : "Make admin"} ${user.username}`,
+              text: user.is_admin ? t("Remove admin") : t("Make admin"),
+              "aria-label": user.is_admin ? t("Remove admin from {username}", { username: user.username }) : t("Make admin {username}", { username: user.username }),
               onclick: async () => {
                 const sure = await confirmDialog({
-                  title: user.is_admin ? `Remove administrator rights from ${user.username}?` : `Make ${user.username} an administrator?`,
+                  title: user.is_admin
+                    ? t("Remove administrator rights from {username}?", { username: user.username })
+                    : t("Make {username} an administrator?", { username: user.username }),
                   message: user.is_admin
-                    ? "They keep their account, chats and indexes; the administration is gone for them at once."
-                    : "They can then manage users, settings and every account's access.",
-                  confirm: user.is_admin ? "Remove admin" : "Make admin",
+                    ? t("They keep their account, chats and indexes; the administration is gone for them at once.")
+                    : t("They can then manage users, settings and every account's access."),
+                  confirm: user.is_admin ? t("Remove admin") : t("Make admin"),
                   danger: user.is_admin,
                 });
                 if (!sure) return;
-                this.act(() => api.updateUser(user.id, { is_admin: !user.is_admin }), `${user.username} is ${user.is_admin ? "no longer" : "now"} an administrator`);
+                this.act(() => api.updateUser(user.id, { is_admin: !user.is_admin }), (user.is_admin ? t("{username} is no longer an administrator", { username: user.username }) : t("{username} is now an administrator", { username: user.username })));
               },
             }),
             h("button", {
               class: "button small ghost",
               type: "button",
-              text: "Reset password",
-              "aria-label": `Reset the password of ${user.username}`,
+              text: t("Reset password"),
+              "aria-label": t("Reset the password of {username}", { username: user.username }),
               onclick: async () => {
                 const password = await passwordDialog(user.username);
-                if (password) this.act(() => api.resetPassword(user.id, password), `A new password is set for ${user.username}`);
+                if (password) this.act(() => api.resetPassword(user.id, password), t("A new password is set for {username}", { username: user.username }));
               },
             }),
           ];
@@ -133,8 +136,8 @@ class UsersPanel {
         "tr",
         { dataset: { username: user.username } },
         h("td", { text: user.username }),
-        h("td", { class: "account-role", text: user.is_admin ? "admin" : "user" }),
-        h("td", { class: "account-state", text: user.disabled ? "disabled" : "active" }),
+        h("td", { class: "account-role", text: user.is_admin ? t("admin") : t("user") }),
+        h("td", { class: "account-state", text: user.disabled ? t("disabled") : t("active") }),
         h("td", {}, user.created_at ? h("time", { datetime: user.created_at, text: relativeTime(user.created_at) }) : ""),
         h("td", { class: "row-actions" }, actions),
       );
@@ -147,7 +150,7 @@ class UsersPanel {
         h(
           "table",
           { class: "doc-table users-table" },
-          h("thead", {}, h("tr", {}, ["Name", "Role", "State", "Created", ""].map((t) => h("th", { text: t })))),
+          h("thead", {}, h("tr", {}, [t("Name"), t("Role"), t("State"), t("Created"), ""].map((label) => h("th", { text: label })))),
           h("tbody", {}, rows),
         ),
       ),
@@ -155,4 +158,4 @@ class UsersPanel {
   }
 }
 
-registerAdminTab({ id: "users", label: "Users", render: renderUsers });
+registerAdminTab({ id: "users", label: t("Users"), render: renderUsers });

@@ -10,6 +10,7 @@ import { pickScope, scopeLabel } from "./scope.js";
 import { attachFeedback } from "./feedback.js";
 import { SourceViewer } from "./source_viewer.js";
 import { AssistantMessage, renderUserMessage } from "./turn.js";
+import { t } from "../i18n.js";
 
 export class ChatView {
   constructor(shell, id) {
@@ -27,14 +28,14 @@ export class ChatView {
       icon("filter"),
       h("span", { class: "scope-text", text: "" }),
     );
-    this.messages = h("div", { class: "messages", role: "log", "aria-label": "Messages", "aria-live": "off" });
+    this.messages = h("div", { class: "messages", role: "log", "aria-label": t("Messages"), "aria-live": "off" });
     this.scroller = h("div", { class: "scroller" }, this.messages);
     this.input = h("textarea", {
       class: "composer-input",
       id: "composer-input",
       rows: 1,
-      placeholder: "Ask about your documents…",
-      "aria-label": "Message",
+      placeholder: t("Ask about your documents…"),
+      "aria-label": t("Message"),
       oninput: () => this.autosize(),
       onkeydown: (event) => {
         if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
@@ -44,10 +45,10 @@ export class ChatView {
       },
     });
     this.forceRag = h("input", { type: "checkbox", id: "force-rag" });
-    this.sendButton = h("button", { class: "send-button", type: "submit", "aria-label": "Send", title: "Send (Enter)" }, icon("send"));
+    this.sendButton = h("button", { class: "send-button", type: "submit", "aria-label": t("Send"), title: t("Send (Enter)") }, icon("send"));
     this.stopButton = h(
       "button",
-      { class: "send-button stop", type: "button", hidden: true, "aria-label": "Stop answering", title: "Stop", onclick: () => this.stop() },
+      { class: "send-button stop", type: "button", hidden: true, "aria-label": t("Stop answering"), title: t("Stop"), onclick: () => this.stop() },
       icon("stop"),
     );
     this.error = h("p", { class: "form-error composer-error", role: "alert", hidden: true });
@@ -65,20 +66,20 @@ export class ChatView {
       h(
         "div",
         { class: "composer-foot" },
-        h("label", { class: "toggle", for: "force-rag" }, this.forceRag, h("span", { text: "Always search documents" })),
-        h("span", { class: "muted hint only-wide", text: "Enter to send · Shift+Enter for a new line" }),
+        h("label", { class: "toggle", for: "force-rag" }, this.forceRag, h("span", { text: t("Always search documents") })),
+        h("span", { class: "muted hint only-wide", text: t("Enter to send · Shift+Enter for a new line") }),
       ),
     );
     this.viewer = new SourceViewer();
     this.exportMenu = h(
       "details",
       { class: "export-menu", hidden: !id },
-      h("summary", { class: "export-button", text: "Export" }),
+      h("summary", { class: "export-button", text: t("Export") }),
       h(
         "div",
         { class: "export-items" },
-        h("button", { class: "button ghost", type: "button", text: "Markdown", onclick: () => this.exportChat("markdown") }),
-        h("button", { class: "button ghost", type: "button", text: "JSON", onclick: () => this.exportChat("json") }),
+        h("button", { class: "button ghost", type: "button", text: t("Markdown"), onclick: () => this.exportChat("markdown") }),
+        h("button", { class: "button ghost", type: "button", text: t("JSON"), onclick: () => this.exportChat("json") }),
       ),
     );
     this.element = h(
@@ -135,7 +136,7 @@ export class ChatView {
   // ---- rendering ---------------------------------------------------------------------------------
 
   renderWelcome() {
-    document.title = "New chat · RAG Chat";
+    document.title = t("New chat · RAG Chat");
     const hasIndexes = this.indexes.length > 0;
     mount(
       this.messages,
@@ -143,14 +144,14 @@ export class ChatView {
         "div",
         { class: "welcome" },
         h("div", { class: "welcome-mark", "aria-hidden": "true", text: "◆" }),
-        h("h2", { text: "What would you like to know?" }),
+        h("h2", { text: t("What would you like to know?") }),
         hasIndexes
-          ? h("p", { class: "muted", text: "Answers cite the passages they come from. Click a citation to see its source." })
+          ? h("p", { class: "muted", text: t("Answers cite the passages they come from. Click a citation to see its source.") })
           : h(
               "p",
               { class: "muted" },
-              "You have no documents yet. ",
-              h("a", { href: "#/documents", text: "Upload some" }),
+              t("You have no documents yet. "),
+              h("a", { href: "#/documents", text: t("Upload some") }),
               " to ask questions about them, or just chat.",
             ),
       ),
@@ -159,8 +160,8 @@ export class ChatView {
   }
 
   renderMissing() {
-    this.title.textContent = "Chat not found";
-    mount(this.messages, h("div", { class: "welcome" }, h("h2", { text: "This chat does not exist" }), h("p", {}, h("a", { href: "#/chats", text: "Start a new chat" }))));
+    this.title.textContent = t("Chat not found");
+    mount(this.messages, h("div", { class: "welcome" }, h("h2", { text: t("This chat does not exist") }), h("p", {}, h("a", { href: "#/chats", text: t("Start a new chat") }))));
   }
 
   renderChat({ rejoin = true } = {}) {
@@ -198,7 +199,7 @@ export class ChatView {
 
   setTitle(title) {
     this.title.textContent = title || UNTITLED;
-    document.title = `${title || UNTITLED} · RAG Chat`;
+    document.title = t("{title} · RAG Chat", { title: title || UNTITLED });
   }
 
   async reloadTitle() {
@@ -227,7 +228,7 @@ export class ChatView {
     this.scopeButton.hidden = false;
     const label = scopeLabel(this.chatIndexIds(), this.chatDatasets(), this.indexes);
     this.scopeButton.querySelector(".scope-text").textContent = label;
-    this.scopeButton.setAttribute("aria-label", `Documents searched: ${label}. Change`);
+    this.scopeButton.setAttribute("aria-label", t("Documents searched: {label}. Change", { label }));
   }
 
   async editScope() {
@@ -244,7 +245,7 @@ export class ChatView {
         this.chat = null;
       }
       this.updateScope();
-      announce(`Documents searched: ${this.scopeButton.textContent}`);
+      announce(t("Documents searched: {textContent}", { textContent: this.scopeButton.textContent }));
     } catch (err) {
       this.showError(err.message);
     }

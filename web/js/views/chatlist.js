@@ -4,8 +4,9 @@ import { api } from "../api.js";
 import { confirmDialog, promptDialog } from "../dialogs.js";
 import { announce, h, icon, mount, relativeTime } from "../dom.js";
 import { navigate } from "../router.js";
+import { t } from "../i18n.js";
 
-export const UNTITLED = "New chat";
+export const UNTITLED = t("New chat");
 
 export class ChatList {
   constructor({ onOpen }) {
@@ -15,8 +16,8 @@ export class ChatList {
     this.list = h("ul", { class: "chat-list", role: "list" });
     this.element = h(
       "nav",
-      { class: "chat-nav", "aria-label": "Chats" },
-      h("h2", { class: "sidebar-label", text: "Chats" }),
+      { class: "chat-nav", "aria-label": t("Chats") },
+      h("h2", { class: "sidebar-label", text: t("Chats") }),
       this.list,
     );
   }
@@ -48,7 +49,7 @@ export class ChatList {
 
   render() {
     if (!this.chats.length) {
-      mount(this.list, h("li", { class: "chat-empty muted", text: "No chats yet" }));
+      mount(this.list, h("li", { class: "chat-empty muted", text: t("No chats yet") }));
       return;
     }
     mount(this.list, this.chats.map((chat) => this.renderItem(chat)));
@@ -71,12 +72,12 @@ export class ChatList {
         { class: "chat-actions" },
         h(
           "button",
-          { class: "icon-button small", type: "button", "aria-label": `Rename “${title}”`, title: "Rename", onclick: () => this.rename(chat) },
+          { class: "icon-button small", type: "button", "aria-label": t("Rename “{title}”", { title }), title: t("Rename"), onclick: () => this.rename(chat) },
           icon("edit"),
         ),
         h(
           "button",
-          { class: "icon-button small", type: "button", "aria-label": `Delete “${title}”`, title: "Delete", onclick: () => this.remove(chat) },
+          { class: "icon-button small", type: "button", "aria-label": t("Delete “{title}”", { title }), title: t("Delete"), onclick: () => this.remove(chat) },
           icon("trash"),
         ),
       ),
@@ -84,13 +85,13 @@ export class ChatList {
   }
 
   async rename(chat) {
-    const title = await promptDialog({ title: "Rename chat", label: "Title", value: chat.title || "" });
+    const title = await promptDialog({ title: t("Rename chat"), label: t("Title"), value: chat.title || "" });
     if (!title || title === chat.title) return;
     try {
       await api.updateChat(chat.id, { title });
-      announce(`Chat renamed to ${title}`);
+      announce(t("Chat renamed to {title}", { title }));
     } catch (err) {
-      announce(`Could not rename: ${err.message}`);
+      announce(t("Could not rename: {message}", { message: err.message }));
     }
     await this.refresh();
     document.dispatchEvent(new CustomEvent("chat-changed", { detail: { id: chat.id } }));
@@ -98,17 +99,17 @@ export class ChatList {
 
   async remove(chat) {
     const ok = await confirmDialog({
-      title: "Delete this chat?",
-      message: `“${chat.title || UNTITLED}” and its messages will be deleted for good.`,
-      confirm: "Delete",
+      title: t("Delete this chat?"),
+      message: t("“{title}” and its messages will be deleted for good.", { title: chat.title || UNTITLED }),
+      confirm: t("Delete"),
       danger: true,
     });
     if (!ok) return;
     try {
       await api.deleteChat(chat.id);
-      announce("Chat deleted");
+      announce(t("Chat deleted"));
     } catch (err) {
-      announce(`Could not delete: ${err.message}`);
+      announce(t("Could not delete: {message}", { message: err.message }));
     }
     await this.refresh();
     if (String(chat.id) === this.activeId) navigate("#/chats");

@@ -10,6 +10,8 @@ import { navigate } from "../router.js";
 import { readEvents } from "../sse.js";
 import { shareDialog } from "./share.js";
 import { UploadQueue } from "./upload_queue.js";
+import { currentLocale, languageName, t } from "../i18n.js";
+import { DEFAULT_EMBEDDER, DEFAULT_INDEX_LANGUAGE, EMBEDDERS, INDEX_LANGUAGES } from "../languages.js";
 
 
 export class DocumentsView {
@@ -28,14 +30,14 @@ export class DocumentsView {
     this.element = h(
       "section",
       { class: "page documents-view", "aria-labelledby": "documents-title" },
-      shell.header(h("h1", { class: "topbar-title", id: "documents-title", text: "Documents" })),
+      shell.header(h("h1", { class: "topbar-title", id: "documents-title", text: t("Documents") })),
       h(
         "div",
         { class: "page-body two-pane" },
         h(
           "div",
           { class: "pane-side" },
-          h("h2", { class: "pane-title", text: "Indexes" }),
+          h("h2", { class: "pane-title", text: t("Indexes") }),
           this.indexList,
           this.renderCreateForm(),
         ),
@@ -45,7 +47,7 @@ export class DocumentsView {
   }
 
   async start() {
-    document.title = "Documents · RAG Chat";
+    document.title = t("Documents · RAG Chat");
     await this.loadIndexes();
   }
 
@@ -89,6 +91,7 @@ export class DocumentsView {
           icon("database"),
           h("span", { class: "index-name", text: index.name }),
           withOwner ? h("span", { class: "index-owner muted small", text: index.owner }) : null,
+          index.embedder ? h("span", { class: "index-settings muted small", text: settingsLine(index) }) : null,
         ),
       );
     const section = (title, indexes, withOwner) =>
@@ -98,10 +101,10 @@ export class DocumentsView {
     mount(
       this.indexList,
       this.indexes.length
-        ? [...mine.map((index) => link(index, false)), ...section("Shared with me", shared, true), ...section("Other users' (admin)", others, true)]
-        : h("li", { class: "muted", text: "No indexes yet" }),
+        ? [...mine.map((index) => link(index, false)), ...section(t("Shared with me"), shared, true), ...section(t("Other users' (admin)"), others, true)]
+        : h("li", { class: "muted", text: t("No indexes yet") }),
     );
-    if (this.indexes.length && !mine.length) this.indexList.prepend(h("li", { class: "muted", text: "No indexes of your own yet" }));
+    if (this.indexes.length && !mine.length) this.indexList.prepend(h("li", { class: "muted", text: t("No indexes of your own yet") }));
   }
 
   /** What the signed-in user may do with the open index (the gateway checks it again on every request). */
@@ -119,11 +122,24 @@ export class DocumentsView {
       name: "name",
       required: true,
       pattern: "[A-Za-z0-9_\\-]{1,64}",
-      placeholder: "e.g. handbook",
+      placeholder: t("e.g. handbook"),
       autocomplete: "off",
-      title: "Letters, digits, _ and -, up to 64",
+      title: t("Letters, digits, _ and -, up to 64"),
     });
-    const description = h("input", { class: "input", id: "new-index-description", name: "description", placeholder: "Optional", autocomplete: "off" });
+    const description = h("input", { class: "input", id: "new-index-description", name: "description", placeholder: t("Optional"), autocomplete: "off" });
+    // Fixed for good when the index is made: its passages' embedding model and its full-text language.
+    const embedder = h(
+      "select",
+      { class: "input", id: "new-index-embedder", name: "embedder" },
+      EMBEDDERS.map((name) => h("option", { value: name, selected: name === DEFAULT_EMBEDDER, text: embedderName(name) })),
+    );
+    const language = h(
+      "select",
+      { class: "input", id: "new-index-language", name: "language" },
+      INDEX_LANGUAGES.map((code) => [code, languageName(code)])
+        .sort((a, b) => a[1].localeCompare(b[1], currentLocale()))
+        .map(([code, label]) => h("option", { value: code, lang: code, selected: code === DEFAULT_INDEX_LANGUAGE, text: label })),
+    );
     const error = h("p", { class: "form-error", role: "alert", hidden: true });
     return h(
       "form",
@@ -134,10 +150,16 @@ export class DocumentsView {
           event.preventDefault();
           error.hidden = true;
           try {
-            const index = await api.createIndex(name.value.trim(), description.value.trim() || undefined);
+            // The defaults are left unsaid: the worker makes the table with them at the first upload.
+            const index = await api.createIndex(name.value.trim(), description.value.trim() || undefined, {
+              embedder: embedder.value === DEFAULT_EMBEDDER ? undefined : embedder.value,
+              language: language.value === DEFAULT_INDEX_LANGUAGE ? undefined : language.value,
+            });
             name.value = "";
             description.value = "";
-            announce(`Index ${index.name} created`);
+            embedder.value = DEFAULT_EMBEDDER;
+            language.value = DEFAULT_INDEX_LANGUAGE;
+            announce(t("Index {name} created", { name: index.name }));
             navigate(`#/documents/${encodeURIComponent(index.id)}`);
           } catch (err) {
             error.textContent = err.message;
@@ -145,11 +167,14 @@ export class DocumentsView {
           }
         },
       },
-      h("h3", { id: "create-index-title", text: "New index" }),
-      h("label", { class: "field", for: "new-index-name" }, h("span", { text: "Name" }), name),
-      h("label", { class: "field", for: "new-index-description" }, h("span", { text: "Description" }), description),
+      h("h3", { id: "create-index-title", text: t("New index") }),
+      h("label", { class: "field", for: "new-index-name" }, h("span", { text: t("Name") }), name),
+      h("label", { class: "field", for: "new-index-description" }, h("span", { text: t("Description") }), description),
+      h("label", { class: "field", for: "new-index-language" }, h("span", { text: t("Language of its documents") }), language),
+      h("label", { class: "field", for: "new-index-embedder" }, h("span", { text: t("Embedding model") }), embedder),
+      h("p", { class: "muted small", text: t("Both are fixed when the index is made. The multilingual model finds passages across languages, and is slower.") }),
       error,
-      h("button", { class: "button primary block", type: "submit" }, icon("plus"), h("span", { text: "Create index" })),
+      h("button", { class: "button primary block", type: "submit" }, icon("plus"), h("span", { text: t("Create index") })),
     );
   }
 
@@ -160,8 +185,8 @@ export class DocumentsView {
         "div",
         { class: "empty-state" },
         icon("database"),
-        h("h2", { text: "Create your first index" }),
-        h("p", { class: "muted", text: "An index holds documents, grouped into datasets. Chats search the indexes you pick." }),
+        h("h2", { text: t("Create your first index") }),
+        h("p", { class: "muted", text: t("An index holds documents, grouped into datasets. Chats search the indexes you pick.") }),
       ),
     );
   }
@@ -170,7 +195,7 @@ export class DocumentsView {
     try {
       this.index = await api.getIndex(this.indexId);
     } catch (err) {
-      if (err.status === 404) mount(this.detail, h("p", { class: "muted", text: "This index does not exist." }));
+      if (err.status === 404) mount(this.detail, h("p", { class: "muted", text: t("This index does not exist.") }));
       else if (err.status !== 401) mount(this.detail, h("p", { class: "form-error", role: "alert", text: err.message }));
       return;
     }
@@ -187,7 +212,7 @@ export class DocumentsView {
     const docs = this.documents();
     const chunks = typeof this.index?.chunks === "number" ? this.index.chunks : docs.reduce((sum, doc) => sum + (doc.chunks || 0), 0);
     const n = this.datasets().length;
-    return `${docs.length} document${docs.length === 1 ? "" : "s"} · ${chunks} chunks · ${n} dataset${n === 1 ? "" : "s"}`;
+    return [t("{count} documents", { count: docs.length }), t("{count} chunks", { count: chunks }), t("{count} datasets", { count: n })].join(" · ");
   }
 
   datasets() {
@@ -198,7 +223,7 @@ export class DocumentsView {
 
   renderIndex() {
     const index = this.index;
-    this.uploadList = h("ul", { class: "upload-list", role: "list", "aria-label": "Uploads" });
+    this.uploadList = h("ul", { class: "upload-list", role: "list", "aria-label": t("Uploads") });
     this.table = h("div", { class: "doc-table-wrap" });
     mount(
       this.detail,
@@ -227,28 +252,28 @@ export class DocumentsView {
                 },
               },
               icon("share"),
-              h("span", { text: "Share" }),
+              h("span", { text: t("Share") }),
             )
           : null,
         this.can("share")
           ? h(
               "a",
               { class: "button ghost index-ratings", href: `#/ratings/${encodeURIComponent(index.id)}` },
-              h("span", { text: "Ratings" }),
+              h("span", { text: t("Ratings") }),
             )
           : null,
         (this.rebuildButton = h(
           "button",
           { class: "button ghost", type: "button", hidden: !this.can("edit"), onclick: () => this.followBuild(true) },
           icon("upload"),
-          h("span", { text: "Rebuild" }),
+          h("span", { text: t("Rebuild") }),
         )),
         this.can("delete")
           ? h(
               "button",
               { class: "button ghost danger-text", type: "button", onclick: () => this.deleteIndex() },
               icon("trash"),
-              h("span", { text: "Delete index" }),
+              h("span", { text: t("Delete index") }),
             )
           : null,
       ),
@@ -267,7 +292,7 @@ export class DocumentsView {
   // ---- a (re)build: per-file progress, which outlives this page and is rejoined when it comes back ----
 
   renderBuildBox() {
-    this.buildBar = h("progress", { max: 100, value: 0, "aria-label": "Rebuild progress" });
+    this.buildBar = h("progress", { max: 100, value: 0, "aria-label": t("Rebuild progress") });
     this.buildText = h("span", { class: "build-status", text: "" });
     return h("div", { class: "card build-progress", hidden: true, role: "status" }, this.buildText, this.buildBar);
   }
@@ -275,9 +300,9 @@ export class DocumentsView {
   showBuild({ done = 0, total = 0, file = "", stage = "", ocr = null }) {
     this.buildBox.hidden = false;
     this.buildBar.value = total ? Math.round((done / total) * 100) : 0;
-    const count = total ? `${done} / ${total} files` : "starting";
+    const count = total ? t("{done} / {total} files", { done, total }) : t("starting");
     const shown = ocr ? stageLabel({ stage, ocr }) : stage;
-    this.buildText.textContent = `Rebuilding · ${count}${file ? ` · ${file}: ${shown}` : ""}`;
+    this.buildText.textContent = `${t("Rebuilding")} · ${count}${file ? ` · ${file}: ${shown}` : ""}`;
   }
 
   /** `start`: ask for a rebuild; otherwise rejoin the one the gateway is running (204: none). */
@@ -311,13 +336,13 @@ export class DocumentsView {
     if (ended?.event === "done") {
       this.buildBar.value = 100;
       const chunks = ended.data?.chunks;
-      this.buildText.textContent = typeof chunks === "number" ? `Rebuilt · ${chunks} chunks` : "Rebuilt";
-      announce("Rebuild finished");
+      this.buildText.textContent = typeof chunks === "number" ? `${t("Rebuilt")} · ${t("{count} chunks", { count: chunks })}` : t("Rebuilt");
+      announce(t("Rebuild finished"));
     } else if (ended) {
-      this.buildText.textContent = `Rebuild failed: ${ended.data?.error || "unknown error"}`;
+      this.buildText.textContent = t("Rebuild failed: {error}", { error: ended.data?.error || t("unknown error") });
       announce(this.buildText.textContent);
     } else {
-      this.buildText.textContent = "The rebuild's progress was lost; reload to see its result.";
+      this.buildText.textContent = t("The rebuild's progress was lost; reload to see its result.");
     }
     await this.refreshDocuments();
   }
@@ -332,7 +357,7 @@ export class DocumentsView {
       list: "dataset-options",
       required: true,
       pattern: "[A-Za-z0-9_\\-]{1,64}",
-      title: "Letters, digits, _ and -, up to 64",
+      title: t("Letters, digits, _ and -, up to 64"),
       autocomplete: "off",
     });
     const fileInput = h("input", {
@@ -349,13 +374,13 @@ export class DocumentsView {
       "div",
       { class: "dropzone", "aria-describedby": "dropzone-hint" },
       icon("upload"),
-      h("p", {}, h("strong", { text: "Drop files here" }), " or ", h("label", { class: "link-button", for: "upload-files", tabindex: "0", role: "button", text: "choose files", onkeydown: (event) => {
+      h("p", {}, h("strong", { text: t("Drop files here") }), " or ", h("label", { class: "link-button", for: "upload-files", tabindex: "0", role: "button", text: t("choose files"), onkeydown: (event) => {
         if (event.key === "Enter" || event.key === " ") {
           event.preventDefault();
           fileInput.click();
         }
       } })),
-      h("p", { class: "muted small", id: "dropzone-hint", text: "PDF, Word, HTML, Markdown, text, CSV… several at once." }),
+      h("p", { class: "muted small", id: "dropzone-hint", text: t("PDF, Word, HTML, Markdown, text, CSV… several at once.") }),
       fileInput,
     );
     const over = (on) => (event) => {
@@ -372,7 +397,7 @@ export class DocumentsView {
     return h(
       "div",
       { class: "card uploader" },
-      h("label", { class: "field inline", for: "upload-dataset" }, h("span", { text: "Upload into dataset" }), this.datasetInput, datalist),
+      h("label", { class: "field inline", for: "upload-dataset" }, h("span", { text: t("Upload into dataset") }), this.datasetInput, datalist),
       zone,
     );
   }
@@ -403,7 +428,7 @@ export class DocumentsView {
       (a, b) => String(a.dataset).localeCompare(String(b.dataset)) || String(a.filename).localeCompare(String(b.filename)),
     );
     if (!docs.length) {
-      mount(this.table, h("p", { class: "muted empty-table", text: "No documents in this index yet." }));
+      mount(this.table, h("p", { class: "muted empty-table", text: t("No documents in this index yet.") }));
       return;
     }
     mount(
@@ -411,19 +436,19 @@ export class DocumentsView {
       h(
         "table",
         { class: "doc-table" },
-        h("caption", { class: "visually-hidden", text: `Documents in ${this.index.name}` }),
+        h("caption", { class: "visually-hidden", text: t("Documents in {name}", { name: this.index.name }) }),
         h(
           "thead",
           {},
           h(
             "tr",
             {},
-            h("th", { scope: "col", text: "File" }),
-            h("th", { scope: "col", text: "Dataset" }),
-            h("th", { scope: "col", class: "num", text: "Chunks" }),
-            h("th", { scope: "col", class: "num hide-narrow", text: "Size" }),
-            h("th", { scope: "col", class: "hide-narrow", text: "Indexed" }),
-            h("th", { scope: "col", class: "visually-hidden-th" }, h("span", { class: "visually-hidden", text: "Actions" })),
+            h("th", { scope: "col", text: t("File") }),
+            h("th", { scope: "col", text: t("Dataset") }),
+            h("th", { scope: "col", class: "num", text: t("Chunks") }),
+            h("th", { scope: "col", class: "num hide-narrow", text: t("Size") }),
+            h("th", { scope: "col", class: "hide-narrow", text: t("Indexed") }),
+            h("th", { scope: "col", class: "visually-hidden-th" }, h("span", { class: "visually-hidden", text: t("Actions") })),
           ),
         ),
         h("tbody", {}, docs.map((doc) => this.renderRow(doc))),
@@ -445,13 +470,13 @@ export class DocumentsView {
         { class: "row-actions" },
         h(
           "button",
-          { class: "icon-button small", type: "button", "aria-label": `Download ${doc.filename}`, title: "Download", onclick: () => this.download(doc) },
+          { class: "icon-button small", type: "button", "aria-label": t("Download {filename}", { filename: doc.filename }), title: t("Download"), onclick: () => this.download(doc) },
           icon("download"),
         ),
         this.can("edit")
           ? h(
               "button",
-              { class: "icon-button small", type: "button", "aria-label": `Delete ${doc.filename}`, title: "Delete", onclick: () => this.deleteDocument(doc) },
+              { class: "icon-button small", type: "button", "aria-label": t("Delete {filename}", { filename: doc.filename }), title: t("Delete"), onclick: () => this.deleteDocument(doc) },
               icon("trash"),
             )
           : null,
@@ -470,52 +495,68 @@ export class DocumentsView {
       link.remove();
       setTimeout(() => URL.revokeObjectURL(url), 10_000);
     } catch (err) {
-      if (err.status !== 401) announce(`Download failed: ${err.message}`);
+      if (err.status !== 401) announce(t("Download failed: {message}", { message: err.message }));
     }
   }
 
   async deleteDocument(doc) {
     const ok = await confirmDialog({
-      title: `Delete ${doc.filename}?`,
-      message: "The file and its passages are removed from this index. Chats will no longer find it.",
-      confirm: "Delete",
+      title: t("Delete {filename}?", { filename: doc.filename }),
+      message: t("The file and its passages are removed from this index. Chats will no longer find it."),
+      confirm: t("Delete"),
       danger: true,
     });
     if (!ok) return;
     try {
       await api.deleteDocument(this.indexId, documentId(doc));
-      announce(`${doc.filename} deleted`);
+      announce(t("{filename} deleted", { filename: doc.filename }));
     } catch (err) {
-      announce(`Could not delete: ${err.message}`);
+      announce(t("Could not delete: {message}", { message: err.message }));
     }
     await this.refreshDocuments();
   }
 
   async deleteIndex() {
     const ok = await confirmDialog({
-      title: `Delete the index “${this.index.name}”?`,
-      message: "All its documents and passages are deleted. Chats that search it will no longer find them.",
-      confirm: "Delete index",
+      title: t("Delete the index “{name}”?", { name: this.index.name }),
+      message: t("All its documents and passages are deleted. Chats that search it will no longer find them."),
+      confirm: t("Delete index"),
       danger: true,
     });
     if (!ok) return;
     try {
       await api.deleteIndex(this.indexId);
-      announce(`Index ${this.index.name} deleted`);
+      announce(t("Index {name} deleted", { name: this.index.name }));
       navigate("#/documents");
     } catch (err) {
-      announce(`Could not delete: ${err.message}`);
+      announce(t("Could not delete: {message}", { message: err.message }));
     }
   }
 }
 
 function accessLine(index) {
-  const role = index.access === "editor" ? "You can edit" : index.access === "reader" ? "You can ask" : "You manage";
+  const role = index.access === "editor" ? t("You can edit") : index.access === "reader" ? t("You can ask") : t("You manage");
   const via =
-    index.via === "group" ? ` (group ${index.via_group})` : index.via === "everyone" ? " (shared with everyone)" : index.via === "admin" ? " (administrator)" : "";
-  return `Owner: ${index.owner} · ${role}${via}`;
+    index.via === "group"
+      ? ` (${t("group {name}", { name: index.via_group })})`
+      : index.via === "everyone"
+        ? ` (${t("shared with everyone")})`
+        : index.via === "admin"
+          ? ` (${t("administrator")})`
+          : "";
+  return t("Owner: {owner} · {role}{via}", { owner: index.owner, role, via });
 }
 
 function documentId(doc) {
   return doc.id ?? doc.document_id;
+}
+
+/** "MiniLM" or "multilingual E5": an index's embedding model, as the index list names it. */
+function embedderName(name) {
+  return name === "multilingual-e5-small" ? t("Multilingual E5 (multilingual-e5-small)") : t("MiniLM (English)");
+}
+
+/** "Korean · MiniLM (English)": what an index searches with, under its name in the list. */
+function settingsLine(index) {
+  return [index.language ? languageName(index.language) : null, embedderName(index.embedder)].filter(Boolean).join(" · ");
 }

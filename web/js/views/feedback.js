@@ -3,12 +3,13 @@
 
 import { api } from "../api.js";
 import { h } from "../dom.js";
+import { t } from "../i18n.js";
 
 export const REASONS = {
-  wrong: "Wrong",
-  not_in_sources: "Not in the sources",
-  incomplete: "Incomplete",
-  bad_citation: "Bad citation",
+  wrong: t("Wrong"),
+  not_in_sources: t("Not in the sources"),
+  incomplete: t("Incomplete"),
+  bad_citation: t("Bad citation"),
 };
 
 /** Fills `turn.feedbackSlot` for the stored answer `turn.messageId` of chat `chatId`; `current` its rating. */
@@ -17,16 +18,16 @@ export function attachFeedback(turn, chatId, current = null) {
   const slot = turn.feedbackSlot;
   let rating = current;
   const status = h("span", { class: "feedback-status muted", role: "status" });
-  const up = h("button", { class: "button ghost feedback-up", type: "button", "aria-label": "Good answer", title: "Good answer", text: "👍" });
-  const down = h("button", { class: "button ghost feedback-down", type: "button", "aria-label": "Bad answer", title: "Bad answer", text: "👎" });
+  const up = h("button", { class: "button ghost feedback-up", type: "button", "aria-label": t("Good answer"), title: t("Good answer"), text: "👍" });
+  const down = h("button", { class: "button ghost feedback-down", type: "button", "aria-label": t("Bad answer"), title: t("Bad answer"), text: "👎" });
   const reason = h(
     "select",
-    { class: "feedback-reason", "aria-label": "What was wrong" },
-    h("option", { value: "", text: "Reason (optional)" }),
+    { class: "feedback-reason", "aria-label": t("What was wrong") },
+    h("option", { value: "", text: t("Reason (optional)") }),
     ...Object.entries(REASONS).map(([value, text]) => h("option", { value, text })),
   );
-  const comment = h("textarea", { class: "feedback-comment", rows: 2, maxlength: 2000, "aria-label": "Comment (optional)", placeholder: "What should it have said? (optional)" });
-  const save = h("button", { class: "button primary feedback-save", type: "button", text: "Send feedback" });
+  const comment = h("textarea", { class: "feedback-comment", rows: 2, maxlength: 2000, "aria-label": t("Comment (optional)"), placeholder: t("What should it have said? (optional)") });
+  const save = h("button", { class: "button primary feedback-save", type: "button", text: t("Send feedback") });
   const form = h("div", { class: "feedback-form", hidden: true }, reason, comment, save);
 
   const show = () => {
@@ -35,10 +36,10 @@ export function attachFeedback(turn, chatId, current = null) {
     slot.dataset.rating = rating?.rating || "";
   };
   const submit = async (fields) => {
-    status.textContent = "Saving…";
+    status.textContent = t("Saving…");
     try {
       rating = await api.rateMessage(chatId, turn.messageId, fields);
-      status.textContent = "Thanks, your feedback is saved.";
+      status.textContent = t("Thanks, your feedback is saved.");
       form.hidden = true;
     } catch (err) {
       status.textContent = err.message;
@@ -50,7 +51,7 @@ export function attachFeedback(turn, chatId, current = null) {
       try {
         await api.unrateMessage(chatId, turn.messageId);
         rating = null;
-        status.textContent = "Rating removed.";
+        status.textContent = t("Rating removed.");
       } catch (err) {
         status.textContent = err.message;
       }
@@ -68,6 +69,6 @@ export function attachFeedback(turn, chatId, current = null) {
   save.addEventListener("click", () =>
     submit({ rating: "down", reason: reason.value || null, comment: comment.value.trim() || null }),
   );
-  slot.replaceChildren(h("div", { class: "feedback-bar" }, h("span", { class: "muted", text: "Was this helpful?" }), up, down, status), form);
+  slot.replaceChildren(h("div", { class: "feedback-bar" }, h("span", { class: "muted", text: t("Was this helpful?") }), up, down, status), form);
   show();
 }

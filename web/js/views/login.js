@@ -2,6 +2,7 @@
 
 import { ApiError, api, session } from "../api.js";
 import { h } from "../dom.js";
+import { t } from "../i18n.js";
 
 export function renderLogin({ notice = "", onSignedIn }) {
   let mode = "login";
@@ -23,23 +24,23 @@ export function renderLogin({ notice = "", onSignedIn }) {
     autocomplete: "current-password",
     required: true,
   });
-  const submit = h("button", { class: "button primary block", type: "submit", text: "Sign in" });
-  const heading = h("h1", { id: "login-title", text: "Welcome back" });
-  const subtitle = h("p", { class: "muted", text: "Sign in to chat with your documents." });
+  const submit = h("button", { class: "button primary block", type: "submit", text: t("Sign in") });
+  const heading = h("h1", { id: "login-title", text: t("Welcome back") });
+  const subtitle = h("p", { class: "muted", text: t("Sign in to chat with your documents.") });
   const switchLink = h("button", { class: "link-button", type: "button" });
   const switchText = h("span", { class: "muted" });
 
   const setMode = (next) => {
     mode = next;
     const registering = mode === "register";
-    heading.textContent = registering ? "Create your account" : "Welcome back";
+    heading.textContent = registering ? t("Create your account") : t("Welcome back");
     subtitle.textContent = registering
-      ? "Your documents and chats stay on this server."
-      : "Sign in to chat with your documents.";
-    submit.textContent = registering ? "Create account" : "Sign in";
+      ? t("Your documents and chats stay on this server.")
+      : t("Sign in to chat with your documents.");
+    submit.textContent = registering ? t("Create account") : t("Sign in");
     password.autocomplete = registering ? "new-password" : "current-password";
-    switchText.textContent = registering ? "Already have an account? " : "New here? ";
-    switchLink.textContent = registering ? "Sign in" : "Create an account";
+    switchText.textContent = registering ? t("Already have an account? ") : t("New here? ");
+    switchLink.textContent = registering ? t("Sign in") : t("Create an account");
     error.hidden = true;
   };
   switchLink.addEventListener("click", () => setMode(mode === "login" ? "register" : "login"));
@@ -61,7 +62,7 @@ export function renderLogin({ notice = "", onSignedIn }) {
           onSignedIn(answer.user);
         } catch (err) {
           error.textContent =
-            err instanceof ApiError ? err.message : "Something went wrong. Please try again.";
+            err instanceof ApiError ? err.message : t("Something went wrong. Please try again.");
           error.hidden = false;
           (err.field === "password" ? password : username).focus();
         } finally {
@@ -69,12 +70,12 @@ export function renderLogin({ notice = "", onSignedIn }) {
         }
       },
     },
-    h("div", { class: "brand large" }, h("span", { class: "brand-mark", "aria-hidden": "true", text: "◆" }), "RAG Chat"),
+    h("div", { class: "brand large" }, h("span", { class: "brand-mark", "aria-hidden": "true", text: "◆" }), t("RAG Chat")),
     heading,
     subtitle,
     notice ? h("p", { class: "notice", role: "status", text: notice }) : null,
-    h("label", { class: "field", for: "login-username" }, h("span", { text: "Username" }), username),
-    h("label", { class: "field", for: "login-password" }, h("span", { text: "Password" }), password),
+    h("label", { class: "field", for: "login-username" }, h("span", { text: t("Username") }), username),
+    h("label", { class: "field", for: "login-password" }, h("span", { text: t("Password") }), password),
     error,
     submit,
     h("p", { class: "switch-mode" }, switchText, switchLink),

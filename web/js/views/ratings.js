@@ -11,6 +11,7 @@ import { api } from "../api.js";
 import { h, icon, mount, relativeTime } from "../dom.js";
 import { registerAdminTab } from "./admin.js";
 import { REASONS } from "./feedback.js";
+import { formatDate, t } from "../i18n.js";
 
 const PAGE = 25;
 const SHORT = 280;
@@ -25,10 +26,10 @@ function dayBound(value, end) {
 function place(doc) {
   const where = doc.location || {};
   if (where.sheet) {
-    const rows = Array.isArray(where.rows) ? `, rows ${where.rows[0]}–${where.rows[1]}` : "";
-    return `Sheet '${where.sheet}'${rows}`;
+    const rows = Array.isArray(where.rows) ? `, ${t("rows {from}–{to}", { from: where.rows[0], to: where.rows[1] })}` : "";
+    return t("Sheet '{sheet}'{rows}", { sheet: where.sheet, rows });
   }
-  return typeof doc.page === "number" ? `p. ${doc.page}` : "";
+  return typeof doc.page === "number" ? t("p. {page}", { page: doc.page }) : "";
 }
 
 function answerBlock(text) {
@@ -41,7 +42,7 @@ function answerBlock(text) {
       "summary",
       {},
       h("span", { class: "rating-preview", text: `${answer.slice(0, SHORT).trimEnd()}…` }),
-      h("span", { class: "rating-less muted small", text: "Show less" }),
+      h("span", { class: "rating-less muted small", text: t("Show less") }),
     ),
     h("p", { class: "rating-answer-full", text: answer }),
   );
@@ -49,7 +50,7 @@ function answerBlock(text) {
 
 function ratingItem(item, indexNames) {
   const up = item.rating === "up";
-  const indexes = (item.index_ids || []).map((id) => indexNames.get(id) || `index ${id}`);
+  const indexes = (item.index_ids || []).map((id) => indexNames.get(id) || t("index {id}", { id }));
   const docs = item.documents || [];
   const steps = (item.steps || []).filter((s) => s && (s.label || s.step));
   return h(
@@ -61,14 +62,14 @@ function ratingItem(item, indexNames) {
       h("span", {
         class: `rating-thumb ${up ? "up" : "down"}`,
         role: "img",
-        "aria-label": up ? "Rated good" : "Rated bad",
-        title: up ? "Rated good" : "Rated bad",
+        "aria-label": up ? t("Rated good") : t("Rated bad"),
+        title: up ? t("Rated good") : t("Rated bad"),
         text: up ? "👍 Good" : "👎 Bad",
       }),
       item.reason ? h("span", { class: "rating-reason", text: REASONS[item.reason] || item.reason }) : null,
-      h("span", { class: "muted small rating-who", text: item.user ? `by ${item.user}` : "" }),
+      h("span", { class: "muted small rating-who", text: item.user ? t("by {user}", { user: item.user }) : "" }),
       indexes.length ? h("span", { class: "muted small rating-indexes", text: indexes.join(", ") }) : null,
-      h("time", { class: "muted small rating-when", datetime: item.updated_at || "", title: item.updated_at || "", text: relativeTime(item.updated_at) }),
+      h("time", { class: "muted small rating-when", datetime: item.updated_at || "", title: item.updated_at ? formatDate(item.updated_at, { time: true }) : "", text: relativeTime(item.updated_at) }),
     ),
     h("p", { class: "rating-question", text: item.question || "(no question stored)" }),
     item.comment ? h("blockquote", { class: "rating-comment", text: item.comment }) : null,
@@ -76,7 +77,7 @@ function ratingItem(item, indexNames) {
     docs.length
       ? h(
           "ul",
-          { class: "rating-docs", role: "list", "aria-label": "Documents cited" },
+          { class: "rating-docs", role: "list", "aria-label": t("Documents cited") },
           docs.map((d) =>
             h(
               "li",
@@ -87,12 +88,12 @@ function ratingItem(item, indexNames) {
             ),
           ),
         )
-      : h("p", { class: "muted small", text: "No documents cited." }),
+      : h("p", { class: "muted small", text: t("No documents cited.") }),
     steps.length
       ? h(
           "details",
           { class: "rating-steps" },
-          h("summary", { class: "muted small", text: `${steps.length} step${steps.length === 1 ? "" : "s"}${item.model ? ` · ${item.model}` : ""}` }),
+          h("summary", { class: "muted small", text: `${t("{count} steps", { count: steps.length })}${item.model ? ` · ${item.model}` : ""}` }),
           h("ol", {}, steps.map((s) => h("li", { text: s.label || s.step }))),
         )
       : null,
@@ -104,20 +105,20 @@ function ratingItem(item, indexNames) {
  * clean up: each request writes only into elements of this panel.
  */
 export function renderRatings(root, { indexId = null } = {}) {
-  const index = h("select", { class: "input", id: "ratings-index", "aria-label": "Index" }, h("option", { value: "", text: "All indexes" }));
+  const index = h("select", { class: "input", id: "ratings-index", "aria-label": t("Index") }, h("option", { value: "", text: t("All indexes") }));
   const rating = h(
     "select",
-    { class: "input", id: "ratings-rating", "aria-label": "Rating" },
-    h("option", { value: "", text: "Up and down" }),
-    h("option", { value: "up", text: "👍 Good" }),
-    h("option", { value: "down", text: "👎 Bad" }),
+    { class: "input", id: "ratings-rating", "aria-label": t("Rating") },
+    h("option", { value: "", text: t("Up and down") }),
+    h("option", { value: "up", text: t("👍 Good") }),
+    h("option", { value: "down", text: t("👎 Bad") }),
   );
-  const since = h("input", { class: "input", id: "ratings-since", type: "date", "aria-label": "From" });
-  const until = h("input", { class: "input", id: "ratings-until", type: "date", "aria-label": "To" });
-  const exportButton = h("button", { class: "button ghost ratings-export", type: "button" }, icon("download"), h("span", { text: "Export JSON lines" }));
+  const since = h("input", { class: "input", id: "ratings-since", type: "date", "aria-label": t("From") });
+  const until = h("input", { class: "input", id: "ratings-until", type: "date", "aria-label": t("To") });
+  const exportButton = h("button", { class: "button ghost ratings-export", type: "button" }, icon("download"), h("span", { text: t("Export JSON lines") }));
   const error = h("p", { class: "form-error", role: "alert", hidden: true });
-  const list = h("div", { class: "rating-list", "aria-live": "polite" }, h("p", { class: "muted", text: "Loading…" }));
-  const more = h("button", { class: "button ghost", type: "button", hidden: true, text: "Older ratings" });
+  const list = h("div", { class: "rating-list", "aria-live": "polite" }, h("p", { class: "muted", text: t("Loading…") }));
+  const more = h("button", { class: "button ghost", type: "button", hidden: true, text: t("Older ratings") });
   const indexNames = new Map();
   let offset = 0;
   let generation = 0;
@@ -153,7 +154,7 @@ export function renderRatings(root, { indexId = null } = {}) {
     list.append(...items.map((item) => ratingItem(item, indexNames)));
     if (!list.children.length) {
       const filtered = Object.values(filters()).some(Boolean);
-      list.append(h("p", { class: "muted rating-empty", text: filtered ? "No ratings match these filters." : "No answers rated yet." }));
+      list.append(h("p", { class: "muted rating-empty", text: filtered ? t("No ratings match these filters.") : t("No answers rated yet.") }));
     }
     offset += items.length;
     more.hidden = !page.more;
@@ -183,16 +184,16 @@ export function renderRatings(root, { indexId = null } = {}) {
     h(
       "div",
       { class: "audit-filters ratings-filters" },
-      h("label", { class: "field inline", for: "ratings-index" }, h("span", { text: "Index" }), index),
-      h("label", { class: "field inline", for: "ratings-rating" }, h("span", { text: "Rating" }), rating),
-      h("label", { class: "field inline", for: "ratings-since" }, h("span", { text: "From" }), since),
-      h("label", { class: "field inline", for: "ratings-until" }, h("span", { text: "To" }), until),
+      h("label", { class: "field inline", for: "ratings-index" }, h("span", { text: t("Index") }), index),
+      h("label", { class: "field inline", for: "ratings-rating" }, h("span", { text: t("Rating") }), rating),
+      h("label", { class: "field inline", for: "ratings-since" }, h("span", { text: t("From") }), since),
+      h("label", { class: "field inline", for: "ratings-until" }, h("span", { text: t("To") }), until),
       exportButton,
     ),
     error,
     list,
     more,
-    h("p", { class: "hint muted", text: "Newest first. The export has every rating these filters select, one JSON object a line, with the answer's documents and steps." }),
+    h("p", { class: "hint muted", text: t("Newest first. The export has every rating these filters select, one JSON object a line, with the answer's documents and steps.") }),
   );
 
   // The index names for the filter and the cards first (a failure leaves ids as labels), then the list.
@@ -208,7 +209,7 @@ export function renderRatings(root, { indexId = null } = {}) {
     .catch(() => {})
     .then(() => {
       if (indexId !== null) {
-        if (!indexNames.has(indexId)) index.append(h("option", { value: String(indexId), text: `index ${indexId}` }));
+        if (!indexNames.has(indexId)) index.append(h("option", { value: String(indexId), text: t("index {indexId}", { indexId }) }));
         index.value = String(indexId);
       }
       load(true);
@@ -224,22 +225,22 @@ export class RatingsView {
       "section",
       { class: "page ratings-view", "aria-labelledby": "ratings-title" },
       shell.header(
-        h("h1", { class: "topbar-title", id: "ratings-title", text: "Ratings" }),
-        this.indexId !== null ? h("a", { class: "button ghost", href: `#/documents/${this.indexId}`, text: "Back to the index" }) : null,
+        h("h1", { class: "topbar-title", id: "ratings-title", text: t("Ratings") }),
+        this.indexId !== null ? h("a", { class: "button ghost", href: `#/documents/${this.indexId}`, text: t("Back to the index") }) : null,
       ),
       this.body,
     );
   }
 
   start() {
-    document.title = "Ratings · RAG Chat";
+    document.title = t("Ratings · RAG Chat");
     renderRatings(this.body, { indexId: this.indexId });
   }
 }
 
 registerAdminTab({
   id: "ratings",
-  label: "Ratings",
+  label: t("Ratings"),
   render: (root) => {
     renderRatings(root);
   },

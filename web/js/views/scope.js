@@ -3,16 +3,17 @@
 import { api } from "../api.js";
 import { customDialog } from "../dialogs.js";
 import { h } from "../dom.js";
+import { t } from "../i18n.js";
 
 /** "All documents", "2 datasets", "No documents": the label on the chat's scope button. */
 export function scopeLabel(indexIds, datasets, indexes) {
-  if (!indexIds.length) return "No documents";
-  if (datasets.length) return datasets.length === 1 ? `Dataset: ${datasets[0]}` : `${datasets.length} datasets`;
+  if (!indexIds.length) return t("No documents");
+  if (datasets.length) return datasets.length === 1 ? t("Dataset: {name}", { name: datasets[0] }) : t("{count} datasets", { count: datasets.length });
   if (indexes && indexIds.length === 1) {
     const index = indexes.find((i) => String(i.id) === String(indexIds[0]));
-    if (index) return `Index: ${index.name}`;
+    if (index) return t("Index: {name}", { name: index.name });
   }
-  return indexes && indexIds.length === indexes.length ? "All documents" : `${indexIds.length} indexes`;
+  return indexes && indexIds.length === indexes.length ? t("All documents") : t("{count} indexes", { count: indexIds.length });
 }
 
 /**
@@ -42,7 +43,7 @@ export async function pickScope({ indexIds, datasets }) {
     const sorted = [...names].sort();
     for (const name of [...chosenDatasets]) if (!names.has(name)) chosenDatasets.delete(name);
     datasetBox.replaceChildren(
-      h("h3", { class: "scope-heading", id: "scope-datasets-label", text: "Datasets" }),
+      h("h3", { class: "scope-heading", id: "scope-datasets-label", text: t("Datasets") }),
       sorted.length
         ? h(
             "div",
@@ -51,13 +52,13 @@ export async function pickScope({ indexIds, datasets }) {
               checkbox(name, chosenDatasets.has(name), (on) => (on ? chosenDatasets.add(name) : chosenDatasets.delete(name)), "dataset"),
             ),
           )
-        : h("p", { class: "muted", text: chosenIndexes.size ? "These indexes have no datasets yet." : "Pick an index first." }),
-      h("p", { class: "hint muted", text: "Tick none to search every dataset of the chosen indexes." }),
+        : h("p", { class: "muted", text: chosenIndexes.size ? t("These indexes have no datasets yet.") : t("Pick an index first.") }),
+      h("p", { class: "hint muted", text: t("Tick none to search every dataset of the chosen indexes.") }),
     );
   };
 
   await loadDatasets();
-  await customDialog("Documents for this chat", (close) =>
+  await customDialog(t("Documents for this chat"), (close) =>
     h(
       "form",
       {
@@ -68,7 +69,7 @@ export async function pickScope({ indexIds, datasets }) {
           close("ok");
         },
       },
-      h("h3", { class: "scope-heading", id: "scope-indexes-label", text: "Indexes" }),
+      h("h3", { class: "scope-heading", id: "scope-indexes-label", text: t("Indexes") }),
       indexes.length
         ? h(
             "div",
@@ -81,13 +82,13 @@ export async function pickScope({ indexIds, datasets }) {
               }, "index", index.via && index.via !== "owner" ? index.owner : ""),
             ),
           )
-        : h("p", { class: "muted" }, "No indexes yet. Create one under ", h("a", { href: "#/documents", text: "Documents" }), "."),
+        : h("p", { class: "muted" }, t("No indexes yet. Create one under "), h("a", { href: "#/documents", text: t("Documents") }), "."),
       datasetBox,
       h(
         "div",
         { class: "modal-actions" },
-        h("button", { class: "button ghost", type: "button", text: "Cancel", onclick: () => close("cancel") }),
-        h("button", { class: "button primary", type: "submit", text: "Save" }),
+        h("button", { class: "button ghost", type: "button", text: t("Cancel"), onclick: () => close("cancel") }),
+        h("button", { class: "button primary", type: "submit", text: t("Save") }),
       ),
     ),
   );

@@ -8,32 +8,33 @@
 import { api, session } from "../api.js";
 import { confirmDialog } from "../dialogs.js";
 import { announce, h, icon, mount } from "../dom.js";
+import { currentLocale, LOCALES, setLocale, t } from "../i18n.js";
 
 const SWITCHES = [
-  ["rewrite", "Rewrite follow-up questions", "Turns “and the second one?” into a standalone search query."],
-  ["hyde", "HyDE", "Searches with a drafted answer passage as well as the question."],
-  ["rerank", "Rerank passages", "Orders candidate passages with the cross-encoder before answering."],
+  ["rewrite", t("Rewrite follow-up questions"), t("Turns “and the second one?” into a standalone search query.")],
+  ["hyde", t("HyDE"), t("Searches with a drafted answer passage as well as the question.")],
+  ["rerank", t("Rerank passages"), t("Orders candidate passages with the cross-encoder before answering.")],
 ];
 const PROVENANCE = ["rerank", "similarity", "none"];
 
 export class SettingsView {
   constructor(shell) {
     this.shell = shell;
-    this.body = h("div", { class: "settings-body" }, h("p", { class: "muted", text: "Loading…" }));
+    this.body = h("div", { class: "settings-body" }, h("p", { class: "muted", text: t("Loading…") }));
     this.element = h(
       "section",
       { class: "page settings-view", "aria-labelledby": "settings-title" },
-      shell.header(h("h1", { class: "topbar-title", id: "settings-title", text: "Settings" })),
+      shell.header(h("h1", { class: "topbar-title", id: "settings-title", text: t("Settings") })),
       h("div", { class: "page-body narrow" }, this.body),
     );
   }
 
   async start() {
-    document.title = "Settings · RAG Chat";
+    document.title = t("Settings · RAG Chat");
     this.defaults = h("div", { class: "turn-defaults" });
     this.accounts = h("div", { class: "accounts" });
     const admin = Boolean(session.user?.is_admin);
-    mount(this.body, passwordForm(), admin ? this.accounts : null, admin ? this.defaults : null);
+    mount(this.body, languageForm(), passwordForm(), admin ? this.accounts : null, admin ? this.defaults : null);
     if (!admin) return;
     this.renderAccounts();
     let data;
@@ -61,26 +62,26 @@ export class SettingsView {
     const rows = users.map((user) => {
       const self = user.id === session.user?.id;
       const button = self
-        ? h("span", { class: "muted", text: "you" })
+        ? h("span", { class: "muted", text: t("you") })
         : h("button", {
             class: `button small${user.disabled ? "" : " danger"}`,
             type: "button",
-            text: user.disabled ? "Enable" : "Disable",
-            "aria-label": `${user.disabled ? "Enable" : "Disable"} ${user.username}`,
+            text: user.disabled ? t("Enable") : t("Disable"),
+            "aria-label": `${user.disabled ? t("Enable") : t("Disable")} ${user.username}`,
             onclick: async () => {
               if (
                 !user.disabled &&
                 !(await confirmDialog({
-                  title: `Disable ${user.username}?`,
-                  message: "They are signed out everywhere and cannot sign in until enabled again.",
-                  confirm: "Disable",
+                  title: t("Disable {username}?", { username: user.username }),
+                  message: t("They are signed out everywhere and cannot sign in until enabled again."),
+                  confirm: t("Disable"),
                   danger: true,
                 }))
               )
                 return;
               try {
                 await api.setUserDisabled(user.id, !user.disabled);
-                announce(`${user.username} ${user.disabled ? "enabled" : "disabled"}`);
+                announce(user.disabled ? t("{username} enabled", { username: user.username }) : t("{username} disabled", { username: user.username }));
               } catch (err) {
                 announce(err.message);
               }
@@ -91,8 +92,8 @@ export class SettingsView {
         "tr",
         { dataset: { username: user.username } },
         h("td", { text: user.username }),
-        h("td", { text: user.is_admin ? "admin" : "user" }),
-        h("td", { class: "account-state", text: user.disabled ? "disabled" : "active" }),
+        h("td", { text: user.is_admin ? t("admin") : t("user") }),
+        h("td", { class: "account-state", text: user.disabled ? t("disabled") : t("active") }),
         h("td", {}, button),
       );
     });
@@ -101,11 +102,11 @@ export class SettingsView {
       h(
         "section",
         { class: "card settings-group", "aria-labelledby": "accounts-title" },
-        h("h2", { class: "legend", id: "accounts-title", text: "Accounts" }),
+        h("h2", { class: "legend", id: "accounts-title", text: t("Accounts") }),
         h(
           "table",
           { class: "doc-table accounts-table" },
-          h("thead", {}, h("tr", {}, ["Name", "Role", "State", ""].map((t) => h("th", { text: t })))),
+          h("thead", {}, h("tr", {}, [t("Name"), t("Role"), t("State"), ""].map((label) => h("th", { text: label })))),
           h("tbody", {}, rows),
         ),
       ),
@@ -123,7 +124,7 @@ export class SettingsView {
       class: "input",
       id: "setting-model",
       value: o.model ?? "",
-      placeholder: workerSettings.generation_model ? `default: ${workerSettings.generation_model}` : "worker default",
+      placeholder: workerSettings.generation_model ? t("default: {value}", { value: workerSettings.generation_model }) : t("worker default"),
       autocomplete: "off",
     });
     const temperature = h("input", {
@@ -134,7 +135,7 @@ export class SettingsView {
       max: 2,
       step: 0.1,
       value: o.temperature ?? "",
-      placeholder: "model default",
+      placeholder: t("model default"),
     });
     const topK = h("input", {
       class: "input",
@@ -144,17 +145,17 @@ export class SettingsView {
       max: 50,
       step: 1,
       value: o.top_k ?? "",
-      placeholder: defaults.top_k ? `default: ${defaults.top_k}` : "worker default",
+      placeholder: defaults.top_k ? t("default: {value}", { value: defaults.top_k }) : t("worker default"),
     });
     const provenance = select(
       "setting-provenance",
-      [["", `Default${defaults.provenance ? ` (${defaults.provenance})` : ""}`], ...PROVENANCE.map((p) => [p, p])],
+      [["", `${t("Default")}${defaults.provenance ? ` (${defaults.provenance})` : ""}`], ...PROVENANCE.map((p) => [p, p])],
       o.provenance ?? "",
     );
     const switches = SWITCHES.map(([key, label, help]) => {
-      const fallback = typeof defaults[key] === "boolean" ? ` (${defaults[key] ? "on" : "off"})` : "";
+      const fallback = typeof defaults[key] === "boolean" ? ` (${defaults[key] ? t("on") : t("off")})` : "";
       const value = typeof o[key] === "boolean" ? (o[key] ? "on" : "off") : "";
-      return { key, control: select(`setting-${key}`, [["", `Default${fallback}`], ["on", "On"], ["off", "Off"]], value), label, help };
+      return { key, control: select(`setting-${key}`, [["", `${t("Default")}${fallback}`], ["on", t("On")], ["off", t("Off")]], value), label, help };
     });
 
     const promptNames = [...new Set([...Object.keys(prompts), ...Object.keys(o.prompts || {})])];
@@ -185,13 +186,13 @@ export class SettingsView {
           h(
             "div",
             { class: "prompt-head" },
-            h("label", { for: area.id, text: `${humanise(name)} prompt` }),
+            h("label", { for: area.id, text: t("{name} prompt", { name: humanise(name) }) }),
             badge,
             fallback
               ? h("button", {
                   class: "link-button small",
                   type: "button",
-                  text: "Reset to default",
+                  text: t("Reset to default"),
                   onclick: () => {
                     area.value = fallback;
                     sync();
@@ -209,7 +210,7 @@ export class SettingsView {
       id: "setting-allowed_models",
       rows: 3,
       value: this.allowedModels.join("\n"),
-      placeholder: "one model per line, e.g. llama3.2:3b",
+      placeholder: t("one model per line, e.g. llama3.2:3b"),
     });
     const presets = h("textarea", {
       class: "input prompt",
@@ -240,87 +241,102 @@ export class SettingsView {
             try {
               promptPresets = JSON.parse(presets.value);
             } catch (err) {
-              status.textContent = `Prompt presets: not valid JSON (${err.message}).`;
+              status.textContent = t("Prompt presets: not valid JSON ({message}).", { message: err.message });
               status.className = "save-status form-error";
               presets.focus();
               return;
             }
           }
-          status.textContent = "Saving…";
+          status.textContent = t("Saving…");
           status.className = "save-status";
           try {
             const saved = await api.putSettings({ options, allowed_models: allowed, prompt_presets: promptPresets });
             this.options = saved?.options || options;
             this.allowedModels = saved?.allowed_models || allowed;
             this.presets = saved?.prompt_presets || promptPresets;
-            status.replaceChildren(icon("check"), h("span", { text: "Saved. New turns use these settings." }));
+            status.replaceChildren(icon("check"), h("span", { text: t("Saved. New turns use these settings.") }));
             status.className = "save-status ok";
-            announce("Settings saved");
+            announce(t("Settings saved"));
           } catch (err) {
-            status.textContent = err.status === 403 ? "Only an administrator can change settings." : err.message;
+            status.textContent = err.status === 403 ? t("Only an administrator can change settings.") : err.message;
             status.className = "save-status form-error";
           }
         },
       },
-      h("p", { class: "muted", text: "Defaults the gateway sends with every chat turn. Leave a field on default to use the worker's own setting." }),
+      h("p", { class: "muted", text: t("Defaults the gateway sends with every chat turn. Leave a field on default to use the worker's own setting.") }),
       h(
         "fieldset",
         { class: "card settings-group" },
-        h("legend", { text: "Models" }),
+        h("legend", { text: t("Models") }),
         h(
           "div",
           { class: "settings-fields" },
-          field("setting-model", "Answer model", model, "An Ollama tag or model id the worker can load."),
-          field("setting-temperature", "Temperature", temperature),
+          field("setting-model", t("Answer model"), model, t("An Ollama tag or model id the worker can load.")),
+          field("setting-temperature", t("Temperature"), temperature),
           field(
             "setting-allowed_models",
-            "Models users may choose",
+            t("Models users may choose"),
             allowedModels,
-            "Besides the worker's own (its generation and utility models) and the answer model above; a turn naming any other model is refused.",
+            t("Besides the worker's own (its generation and utility models) and the answer model above; a turn naming any other model is refused."),
           ),
         ),
       ),
       h(
         "fieldset",
         { class: "card settings-group" },
-        h("legend", { text: "Retrieval" }),
+        h("legend", { text: t("Retrieval") }),
         h(
           "div",
           { class: "settings-fields" },
           switches.map(({ key, control, label, help }) => field(`setting-${key}`, label, control, help)),
-          field("setting-top_k", "Passages per answer", topK),
-          field("setting-provenance", "Provenance scoring", provenance, "How “used 42%” on source cards is measured."),
+          field("setting-top_k", t("Passages per answer"), topK),
+          field("setting-provenance", t("Provenance scoring"), provenance, t("How “used 42%” on source cards is measured.")),
         ),
       ),
       promptFields.length
-        ? h("fieldset", { class: "card settings-group" }, h("legend", { text: "Prompts" }), promptFields.map((p) => p.element))
+        ? h("fieldset", { class: "card settings-group" }, h("legend", { text: t("Prompts") }), promptFields.map((p) => p.element))
         : null,
       h(
         "fieldset",
         { class: "card settings-group" },
-        h("legend", { text: "Prompt presets" }),
+        h("legend", { text: t("Prompt presets") }),
         h("p", {
           class: "muted",
-          text: "Only administrators may override prompts in a turn; users choose one of these by name (options.prompt_preset). JSON: {\"name\": {\"prompt\": \"text\"}}, prompt names as above.",
+          text: t("Only administrators may override prompts in a turn; users choose one of these by name (options.prompt_preset). JSON: {example}, prompt names as above.", { example: '{"name": {"prompt": "text"}}' }),
         }),
-        h("div", { class: "field wide" }, h("label", { for: presets.id, text: "Presets (JSON)" }), presets),
+        h("div", { class: "field wide" }, h("label", { for: presets.id, text: t("Presets (JSON)") }), presets),
       ),
-      this.worker ? workerInfo(workerSettings, this.worker.reranker) : h("p", { class: "notice", text: "The worker did not answer; its defaults are not shown." }),
-      h("div", { class: "form-actions" }, status, h("button", { class: "button primary", type: "submit", text: "Save settings" })),
+      this.worker ? workerInfo(workerSettings, this.worker.reranker) : h("p", { class: "notice", text: t("The worker did not answer; its defaults are not shown.") }),
+      h("div", { class: "form-actions" }, status, h("button", { class: "button primary", type: "submit", text: t("Save settings") })),
     );
     mount(this.defaults, form);
   }
 }
 
 // Change password: the gateway ends every other session and answers with a fresh cookie for this one.
+/** The interface's language: the browser's by default; a choice here is remembered in this browser. */
+function languageForm() {
+  const choice = h(
+    "select",
+    { class: "input", id: "setting-language", onchange: () => setLocale(choice.value) },
+    LOCALES.map(([code, name]) => h("option", { value: code, lang: code, selected: code === currentLocale(), text: name })),
+  );
+  return h(
+    "section",
+    { class: "card settings-group language-form", "aria-labelledby": "language-title" },
+    h("h2", { class: "legend", id: "language-title", text: t("Language") }),
+    field("setting-language", t("Interface language"), choice, t("Dates and numbers follow it too. Answers are in the language of your question.")),
+  );
+}
+
 function passwordForm() {
   const input = (id, label, autocomplete) => {
     const control = h("input", { class: "input", id, type: "password", autocomplete, required: true });
     return { control, element: field(id, label, control) };
   };
-  const current = input("password-current", "Current password", "current-password");
-  const next = input("password-new", "New password", "new-password");
-  const repeat = input("password-repeat", "Repeat new password", "new-password");
+  const current = input("password-current", t("Current password"), "current-password");
+  const next = input("password-new", t("New password"), "new-password");
+  const repeat = input("password-repeat", t("Repeat new password"), "new-password");
   next.control.minLength = 8;
   const status = h("p", { class: "save-status", role: "status" });
   return h(
@@ -332,18 +348,18 @@ function passwordForm() {
         event.preventDefault();
         status.className = "save-status";
         if (next.control.value !== repeat.control.value) {
-          status.textContent = "The new passwords differ.";
+          status.textContent = t("The new passwords differ.");
           status.className = "save-status form-error";
           repeat.control.focus();
           return;
         }
-        status.textContent = "Saving…";
+        status.textContent = t("Saving…");
         try {
           await api.changePassword(current.control.value, next.control.value);
           for (const { control } of [current, next, repeat]) control.value = "";
-          status.replaceChildren(icon("check"), h("span", { text: "Password changed. Your other sessions were signed out." }));
+          status.replaceChildren(icon("check"), h("span", { text: t("Password changed. Your other sessions were signed out.") }));
           status.className = "save-status ok";
-          announce("Password changed");
+          announce(t("Password changed"));
         } catch (err) {
           status.textContent = err.message;
           status.className = "save-status form-error";
@@ -351,9 +367,9 @@ function passwordForm() {
         }
       },
     },
-    h("h2", { class: "legend", id: "password-title", text: `Your account${session.user ? `: ${session.user.username}` : ""}` }),
+    h("h2", { class: "legend", id: "password-title", text: session.user ? t("Your account: {username}", { username: session.user.username }) : t("Your account") }),
     h("div", { class: "settings-fields" }, current.element, next.element, repeat.element),
-    h("div", { class: "form-actions" }, status, h("button", { class: "button primary", type: "submit", text: "Change password" })),
+    h("div", { class: "form-actions" }, status, h("button", { class: "button primary", type: "submit", text: t("Change password") })),
   );
 }
 
@@ -388,7 +404,7 @@ function workerInfo(settings, reranker) {
   return h(
     "details",
     { class: "card settings-group worker-info" },
-    h("summary", { text: "Worker configuration (read-only)" }),
+    h("summary", { text: t("Worker configuration (read-only)") }),
     h("dl", { class: "kv" }, rows.map((k) => [h("dt", { text: humanise(k) }), h("dd", { text: value(k) })])),
   );
 }

@@ -5,10 +5,11 @@
 import { api } from "../api.js";
 import { confirmDialog, customDialog } from "../dialogs.js";
 import { announce, h, icon, mount } from "../dom.js";
+import { t } from "../i18n.js";
 
 const ROLES = [
-  ["reader", "Can ask"],
-  ["editor", "Can edit"],
+  ["reader", t("Can ask")],
+  ["editor", t("Can edit")],
 ];
 
 function roleSelect(value, label, onChange) {
@@ -22,7 +23,7 @@ function roleSelect(value, label, onChange) {
 
 /** Opens the dialog for `index` ({id, name}); resolves `"transferred"` when it was given away, else when closed. */
 export async function shareDialog(index) {
-  const list = h("ul", { class: "grant-list", role: "list", "aria-label": "Shared with" });
+  const list = h("ul", { class: "grant-list", role: "list", "aria-label": t("Shared with") });
   const error = h("p", { class: "form-error", role: "alert", hidden: true });
   let groups = [];
   try {
@@ -48,17 +49,17 @@ export async function shareDialog(index) {
       list,
       grants.length
         ? grants.map((grant) => {
-            const who = grant.subject_type === "everyone" ? "Everyone signed in" : grant.subject_name;
+            const who = grant.subject_type === "everyone" ? t("Everyone signed in") : grant.subject_name;
             const kind = grant.subject_type === "group" ? "group" : grant.subject_type === "user" ? "person" : "";
             return h(
               "li",
               { class: "grant-row", dataset: { subject: grant.subject_name, kind: grant.subject_type } },
               h("span", { class: "grant-who" }, h("strong", { text: who }), kind ? h("span", { class: "muted small", text: ` ${kind}` }) : null),
-              roleSelect(grant.role, `Role of ${who}`, async (role) => {
+              roleSelect(grant.role, t("Role of {who}", { who }), async (role) => {
                 error.hidden = true;
                 try {
                   await api.updateGrant(index.id, grant.id, role);
-                  announce(`${who} ${role === "editor" ? "can edit" : "can ask"}`);
+                  announce(role === "editor" ? t("{who} can edit", { who }) : t("{who} can ask", { who }));
                 } catch (err) {
                   fail(err);
                 }
@@ -68,13 +69,13 @@ export async function shareDialog(index) {
                 {
                   class: "icon-button small",
                   type: "button",
-                  "aria-label": `Stop sharing with ${who}`,
-                  title: "Remove",
+                  "aria-label": t("Stop sharing with {who}", { who }),
+                  title: t("Remove"),
                   onclick: async () => {
                     error.hidden = true;
                     try {
                       await api.removeGrant(index.id, grant.id);
-                      announce(`No longer shared with ${who}`);
+                      announce(t("No longer shared with {who}", { who }));
                     } catch (err) {
                       fail(err);
                     }
@@ -85,31 +86,31 @@ export async function shareDialog(index) {
               ),
             );
           })
-        : h("li", { class: "muted", text: "Only you (and administrators) can use this index." }),
+        : h("li", { class: "muted", text: t("Only you (and administrators) can use this index.") }),
     );
   };
 
   const kind = h(
     "select",
-    { class: "input", id: "share-kind", "aria-label": "Share with", onchange: () => showKind() },
-    h("option", { value: "user", text: "A person" }),
-    h("option", { value: "group", text: "A group", disabled: !groups.length }),
-    h("option", { value: "everyone", text: "Everyone signed in" }),
+    { class: "input", id: "share-kind", "aria-label": t("Share with"), onchange: () => showKind() },
+    h("option", { value: "user", text: t("A person") }),
+    h("option", { value: "group", text: t("A group"), disabled: !groups.length }),
+    h("option", { value: "everyone", text: t("Everyone signed in") }),
   );
-  const username = h("input", { class: "input", id: "share-username", placeholder: "username", autocomplete: "off", "aria-label": "Username" });
+  const username = h("input", { class: "input", id: "share-username", placeholder: t("username"), autocomplete: "off", "aria-label": t("Username") });
   const group = h(
     "select",
-    { class: "input", id: "share-group", "aria-label": "Group", hidden: true },
+    { class: "input", id: "share-group", "aria-label": t("Group"), hidden: true },
     groups.map((g) => h("option", { value: String(g.id), text: g.name })),
   );
-  const role = roleSelect("reader", "Role");
+  const role = roleSelect("reader", t("Role"));
   role.id = "share-role";
   const showKind = () => {
     username.hidden = kind.value !== "user";
     group.hidden = kind.value !== "group";
   };
 
-  const newOwner = h("input", { class: "input", id: "transfer-username", placeholder: "username", autocomplete: "off", "aria-label": "New owner" });
+  const newOwner = h("input", { class: "input", id: "transfer-username", placeholder: t("username"), autocomplete: "off", "aria-label": t("New owner") });
   const transfer = async (close) => {
     const name = newOwner.value.trim();
     if (!name) {
@@ -117,28 +118,28 @@ export async function shareDialog(index) {
       return;
     }
     const ok = await confirmDialog({
-      title: `Give “${index.name}” to ${name}?`,
-      message: "They become its owner; you keep editor access (they can remove it).",
-      confirm: "Transfer",
+      title: t("Give “{name}” to {who}?", { name: index.name, who: name }),
+      message: t("They become its owner; you keep editor access (they can remove it)."),
+      confirm: t("Transfer"),
       danger: true,
     });
     if (!ok) return;
     error.hidden = true;
     try {
       await api.transferIndex(index.id, name);
-      announce(`${index.name} now belongs to ${name}`);
+      announce(t("{name} now belongs to {who}", { name: index.name, who: name }));
       close("transferred");
     } catch (err) {
       fail(err);
     }
   };
 
-  return customDialog(`Share “${index.name}”`, (close) => {
+  return customDialog(t("Share “{name}”", { name: index.name }), (close) => {
     refresh();
     return h(
       "div",
       { class: "share-dialog" },
-      h("h3", { class: "scope-heading", text: "Shared with" }),
+      h("h3", { class: "scope-heading", text: t("Shared with") }),
       list,
       h(
         "form",
@@ -158,30 +159,30 @@ export async function shareDialog(index) {
             try {
               await api.addGrant(index.id, grant);
               username.value = "";
-              announce(`Shared ${index.name}`);
+              announce(t("Shared {name}", { name: index.name }));
             } catch (err) {
               fail(err);
             }
             await refresh();
           },
         },
-        h("h3", { class: "scope-heading", text: "Add" }),
-        h("div", { class: "share-add" }, kind, username, group, role, h("button", { class: "button primary", type: "submit", text: "Share" })),
-        h("p", { class: "hint muted", text: "Can ask: chat with it, see and download its documents. Can edit: also upload, delete and rebuild." }),
+        h("h3", { class: "scope-heading", text: t("Add") }),
+        h("div", { class: "share-add" }, kind, username, group, role, h("button", { class: "button primary", type: "submit", text: t("Share") })),
+        h("p", { class: "hint muted", text: t("Can ask: chat with it, see and download its documents. Can edit: also upload, delete and rebuild.") }),
       ),
       h(
         "details",
         { class: "transfer" },
-        h("summary", { text: "Transfer ownership" }),
+        h("summary", { text: t("Transfer ownership") }),
         h(
           "div",
           { class: "share-add" },
           newOwner,
-          h("button", { class: "button danger", type: "button", text: "Transfer", onclick: () => transfer(close) }),
+          h("button", { class: "button danger", type: "button", text: t("Transfer"), onclick: () => transfer(close) }),
         ),
       ),
       error,
-      h("div", { class: "modal-actions" }, h("button", { class: "button ghost", type: "button", text: "Done", onclick: () => close("done") })),
+      h("div", { class: "modal-actions" }, h("button", { class: "button ghost", type: "button", text: t("Done"), onclick: () => close("done") })),
     );
   });
 }

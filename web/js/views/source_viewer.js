@@ -9,6 +9,7 @@
 import { api } from "../api.js";
 import { h, icon, mount } from "../dom.js";
 import { renderMarkdown } from "../markdown.js";
+import { t } from "../i18n.js";
 
 const PDFJS = "../../node_modules/pdfjs-dist/build/pdf.min.mjs";
 const PDF_WORKER = new URL("../../node_modules/pdfjs-dist/build/pdf.worker.min.mjs", import.meta.url).href;
@@ -39,13 +40,13 @@ function overlaps(a, b) {
 
 export class SourceViewer {
   constructor() {
-    this.title = h("h2", { class: "source-title", id: "source-title", text: "Source" });
+    this.title = h("h2", { class: "source-title", id: "source-title", text: t("Source") });
     this.place = h("p", { class: "source-place muted" });
     this.note = h("p", { class: "source-note", role: "note", hidden: true });
     this.body = h("div", { class: "source-body" });
     this.closeButton = h(
       "button",
-      { class: "icon-button source-close", type: "button", "aria-label": "Close the source", title: "Close", onclick: () => this.close() },
+      { class: "icon-button source-close", type: "button", "aria-label": t("Close the source"), title: t("Close"), onclick: () => this.close() },
       icon("close"),
     );
     this.element = h(
@@ -89,21 +90,21 @@ export class SourceViewer {
     this.title.textContent = `${ref} · ${doc?.filename || "source"}`;
     this.place.textContent = placeLabel(doc);
     this.note.hidden = true;
-    mount(this.body, h("p", { class: "source-loading muted", text: "Opening the source…" }));
+    mount(this.body, h("p", { class: "source-loading muted", text: t("Opening the source…") }));
     const current = () => generation === this.generation;
     let source;
     try {
-      if (!messageId) throw new Error("This answer is still being saved; open its source again in a moment.");
+      if (!messageId) throw new Error(t("This answer is still being saved; open its source again in a moment."));
       source = await api.openSource(chatId, messageId, ref);
     } catch (err) {
-      if (current()) this.fail(err.message || "The source could not be opened.");
+      if (current()) this.fail(err.message || t("The source could not be opened."));
       return;
     }
     if (!current()) return;
     this.title.textContent = `${ref} · ${source.filename}`;
     this.place.textContent = placeLabel(source) || source.index_name || "";
     if (source.replaced) {
-      this.say("This file was replaced since the answer was written; the passage may have moved.");
+      this.say(t("This file was replaced since the answer was written; the passage may have moved."));
     }
     try {
       if (source.kind === "pdf") await this.showPdf(source, current);
@@ -111,7 +112,7 @@ export class SourceViewer {
       else await this.showText(source, current);
       if (current() && this.element.dataset.state !== "error") this.element.dataset.state = "ready";
     } catch (err) {
-      if (current()) this.fail(err.message || "The source could not be shown.");
+      if (current()) this.fail(err.message || t("The source could not be shown."));
     }
   }
 
@@ -144,7 +145,7 @@ export class SourceViewer {
     try {
       pdf = await task.promise;
     } catch (err) {
-      throw new Error(`${source.filename} could not be read as a PDF (${err.message || err.name}).`);
+      throw new Error(t("{filename} could not be read as a PDF ({error}).", { filename: source.filename, error: err.message || err.name }));
     }
     if (!current()) {
       task.destroy();
@@ -155,7 +156,7 @@ export class SourceViewer {
     const cited = (location.pages && location.pages[0]) || source.page || 1;
     if (cited > pdf.numPages) {
       this.fail(
-        `The answer cites page ${cited}, but ${source.filename} has ${pdf.numPages} page${pdf.numPages === 1 ? "" : "s"} now.`,
+        t("The answer cites page {cited}, but {filename} has {count} pages now.", { cited, filename: source.filename, count: pdf.numPages }),
       );
       return;
     }
@@ -245,8 +246,8 @@ export class SourceViewer {
     if (!rects.length) {
       this.say(
         source.location
-          ? "The passage's position on this page is not known; it is shown below the page."
-          : "This index was built before passages kept their position: rebuild it to highlight them. The passage is shown below the page.",
+          ? t("The passage's position on this page is not known; it is shown below the page.")
+          : t("This index was built before passages kept their position: rebuild it to highlight them. The passage is shown below the page."),
       );
     }
     if (!rects.length || !marked) this.body.append(h("blockquote", { class: "source-passage", text: source.text }));
@@ -264,9 +265,9 @@ export class SourceViewer {
     return h(
       "div",
       { class: "pdf-nav" },
-      h("button", { class: "button ghost", type: "button", disabled: number <= 1, onclick: go(number - 1), "aria-label": "Previous page", text: "‹" }),
-      h("span", { class: "pdf-page-label", text: `Page ${number} of ${total}${cited ? " · cited" : ""}` }),
-      h("button", { class: "button ghost", type: "button", disabled: number >= total, onclick: go(number + 1), "aria-label": "Next page", text: "›" }),
+      h("button", { class: "button ghost", type: "button", disabled: number <= 1, onclick: go(number - 1), "aria-label": t("Previous page"), text: "‹" }),
+      h("span", { class: "pdf-page-label", text: `${t("Page {number} of {total}", { number, total })}${cited ? ` · ${t("cited")}` : ""}` }),
+      h("button", { class: "button ghost", type: "button", disabled: number >= total, onclick: go(number + 1), "aria-label": t("Next page"), text: "›" }),
     );
   }
 
@@ -296,7 +297,7 @@ export class SourceViewer {
     });
     mount(this.body, h("div", { class: "source-text markdown" }, ...items));
     if (!target) {
-      this.say("The passage is no longer in this file (it changed since the answer); the answer quoted:");
+      this.say(t("The passage is no longer in this file (it changed since the answer); the answer quoted:"));
       this.body.prepend(h("blockquote", { class: "source-passage", text: source.text }));
       return;
     }

@@ -5,33 +5,34 @@ import { announce, formatSeconds, h, icon } from "../dom.js";
 import { groundingBadge, groundingBanner, markUnsupported } from "../grounding.js";
 import { linkCitations, renderMarkdown, snippet } from "../markdown.js";
 import { placeLabel } from "./source_viewer.js";
+import { formatNumber, t } from "../i18n.js";
 
 let turnCounter = 0;
 
 const STEP_NAMES = {
-  fetch_check: "Checking earlier sources",
-  rewriting: "Rewriting the question",
-  triage: "Deciding how to answer",
-  hyde: "Drafting a search passage",
-  retrieving: "Searching documents",
-  reranking: "Ranking passages",
-  evaluating: "Checking relevance",
-  retrying: "Searching again",
-  expanding: "Adding context",
-  generating: "Writing the answer",
-  provenance: "Measuring source use",
-  verifying: "Checking citations",
-  sql: "Computing over tables",
-  grounding: "Checking the answer against the sources",
+  fetch_check: t("Checking earlier sources"),
+  rewriting: t("Rewriting the question"),
+  triage: t("Deciding how to answer"),
+  hyde: t("Drafting a search passage"),
+  retrieving: t("Searching documents"),
+  reranking: t("Ranking passages"),
+  evaluating: t("Checking relevance"),
+  retrying: t("Searching again"),
+  expanding: t("Adding context"),
+  generating: t("Writing the answer"),
+  provenance: t("Measuring source use"),
+  verifying: t("Checking citations"),
+  sql: t("Computing over tables"),
+  grounding: t("Checking the answer against the sources"),
 };
 
-const ROUTE_NAMES = { rag: "Search your documents", direct: "Answer directly", sql: "Compute over tables" };
+const ROUTE_NAMES = { rag: t("Search your documents"), direct: t("Answer directly"), sql: t("Compute over tables") };
 
 /** The user's message: plain text, never markup. */
 export function renderUserMessage(text) {
   return h(
     "article",
-    { class: "message user", "aria-label": "You said" },
+    { class: "message user", "aria-label": t("You said") },
     h("div", { class: "bubble" }, h("p", { class: "user-text", text })),
   );
 }
@@ -49,7 +50,7 @@ export class AssistantMessage {
     this.grounding = null;
 
     this.stepList = h("ol", { class: "step-list" });
-    this.stepSummary = h("span", { class: "steps-summary-text", text: "Working…" });
+    this.stepSummary = h("span", { class: "steps-summary-text", text: t("Working…") });
     this.stepsBox = h(
       "details",
       { class: "steps", open: true },
@@ -60,8 +61,8 @@ export class AssistantMessage {
     this.cards = h("ol", { class: "doc-cards", role: "list" });
     this.sources = h(
       "section",
-      { class: "sources", hidden: true, "aria-label": "Sources" },
-      h("h3", { class: "sources-title", text: "Sources" }),
+      { class: "sources", hidden: true, "aria-label": t("Sources") },
+      h("h3", { class: "sources-title", text: t("Sources") }),
       this.cards,
     );
     this.answer = h("div", { class: "answer markdown" });
@@ -71,7 +72,7 @@ export class AssistantMessage {
     this.feedbackSlot = h("div", { class: "feedback-slot" }); // feedback.js fills it for a stored answer
     this.element = h(
       "article",
-      { class: "message assistant streaming", "aria-label": "Answer", "aria-busy": "true", dataset: { turn: this.key } },
+      { class: "message assistant streaming", "aria-label": t("Answer"), "aria-busy": "true", dataset: { turn: this.key } },
       h("div", { class: "bot-mark", "aria-hidden": "true", text: "◆" }),
       h(
         "div",
@@ -92,7 +93,7 @@ export class AssistantMessage {
   // ---- live events -------------------------------------------------------------------------------
 
   addRoute({ route, reason }) {
-    const name = ROUTE_NAMES[route] || `Route: ${route}`;
+    const name = ROUTE_NAMES[route] || t("Route: {route}", { route });
     this.pushStep({ step: "route", label: name, detail: reason || "", elapsed_ms: null, kind: "route" });
   }
 
@@ -134,7 +135,7 @@ export class AssistantMessage {
     step.item.classList.add("finished");
     if (typeof step.elapsed_ms === "number" && typeof endMs === "number" && endMs >= step.elapsed_ms) {
       step.time.textContent = formatSeconds(endMs - step.elapsed_ms);
-      step.time.title = `started at ${formatSeconds(step.elapsed_ms)}`;
+      step.time.title = t("started at {time}", { time: formatSeconds(step.elapsed_ms) });
     }
   }
 
@@ -173,22 +174,22 @@ export class AssistantMessage {
     const parts = [];
     if (answer.model) parts.push(answer.model);
     if (typeof totalMs === "number") parts.push(formatSeconds(totalMs));
-    if (answer.abstained) parts.push("not enough evidence to answer");
+    if (answer.abstained) parts.push(t("not enough evidence to answer"));
     this.showMeta(parts);
     this.showGrounding();
     this.settle();
-    if (!quiet) announce(`Answer: ${this.answer.textContent.slice(0, 400)}`);
+    if (!quiet) announce(t("Answer: {text}", { text: this.answer.textContent.slice(0, 400) }));
   }
 
   /** The worker reported an error: keep what arrived, say what went wrong. */
   fail(error, { quiet = false } = {}) {
-    const message = error?.error || "The answer could not be completed.";
+    const message = error?.error || t("The answer could not be completed.");
     this.state = this.text ? "interrupted" : "failed";
     this.endSteps(null);
     this.renderAnswer();
-    this.showStatus(this.text ? `Interrupted: ${message}` : message, "error");
+    this.showStatus(this.text ? t("Interrupted: {message}", { message }) : message, "error");
     this.settle();
-    if (!quiet) announce(this.text ? `The answer was interrupted: ${message}` : `Error: ${message}`);
+    if (!quiet) announce(this.text ? t("The answer was interrupted: {message}", { message }) : t("Error: {message}", { message }));
   }
 
   /** The stream ended without `done` or `error` (connection lost), or the user pressed stop. */
@@ -197,13 +198,13 @@ export class AssistantMessage {
     this.endSteps(null);
     this.renderAnswer();
     const text = stopped
-      ? "Stopped. The answer is incomplete."
+      ? t("Stopped. The answer is incomplete.")
       : reason
-        ? `Interrupted: ${reason}`
-        : "Connection lost. The answer is incomplete.";
+        ? t("Interrupted: {message}", { message: reason })
+        : t("Connection lost. The answer is incomplete.");
     this.showStatus(text, stopped ? "stopped" : "error");
     this.settle();
-    if (!quiet) announce(stopped ? "Answer stopped" : "The connection was lost; the answer is incomplete.");
+    if (!quiet) announce(stopped ? t("Answer stopped") : t("The connection was lost; the answer is incomplete."));
   }
 
   /** A rejoined turn's `snapshot`: what happened before this page was listening; the turn goes on. */
@@ -254,7 +255,7 @@ export class AssistantMessage {
         class: "cite",
         href: `#card-${this.key}-${ref}`,
         dataset: { ref },
-        "aria-label": `Source ${ref}: ${doc.filename || "document"}`,
+        "aria-label": t("Source {ref}: {filename}", { ref, filename: doc.filename || t("document") }),
         title: doc.filename || ref,
       },
       ref,
@@ -296,20 +297,20 @@ export class AssistantMessage {
     if (doc.kind === "table") return this.renderTableCard(doc);
     const place = [doc.dataset, placeLabel(doc) || null].filter(Boolean).join(" · ");
     const score = typeof doc.rerank_score === "number" ? doc.rerank_score : doc.score;
-    const parts = [`retrieved #${doc.rank}`];
+    const parts = [t("retrieved #{rank}", { rank: doc.rank })];
     let bar = null;
     if (typeof doc.provenance === "number" && this.state === "done") {
       const pct = Math.round(Math.max(0, Math.min(1, doc.provenance)) * 100);
-      parts.push(`used ${pct}%`);
+      parts.push(t("used {percent}", { percent: formatNumber(pct / 100, { style: "percent" }) }));
       bar = h("span", { class: "used-bar", "aria-hidden": "true" }, h("span", { style: `width: ${pct}%` }));
     } else if (typeof score === "number") {
-      parts.push(`score ${score.toFixed(Math.abs(score) < 0.1 ? 3 : 2)}`);
+      parts.push(t("score {score}", { score: score.toFixed(Math.abs(score) < 0.1 ? 3 : 2) }));
     }
     const scores = [h("span", { class: "score-text", text: parts.join(" · ") }), bar];
     const title = [
-      typeof doc.score === "number" ? `retrieval score ${doc.score.toFixed(4)}` : null,
-      typeof doc.rerank_score === "number" ? `rerank score ${doc.rerank_score.toFixed(3)}` : null,
-      typeof doc.provenance === "number" ? `provenance ${doc.provenance.toFixed(3)}` : null,
+      typeof doc.score === "number" ? t("retrieval score {score}", { score: doc.score.toFixed(4) }) : null,
+      typeof doc.rerank_score === "number" ? t("rerank score {score}", { score: doc.rerank_score.toFixed(3) }) : null,
+      typeof doc.provenance === "number" ? t("provenance {score}", { score: doc.provenance.toFixed(3) }) : null,
     ].filter(Boolean).join(", ");
     const text = snippet(doc.text);
     return h(
@@ -319,7 +320,7 @@ export class AssistantMessage {
         id: `card-${this.key}-${doc.ref}`,
         tabindex: "-1",
         dataset: { ref: doc.ref },
-        "aria-label": `Source ${doc.ref}: ${doc.filename || "document"}`,
+        "aria-label": t("Source {ref}: {filename}", { ref: doc.ref, filename: doc.filename || t("document") }),
       },
       h(
         "div",
@@ -330,9 +331,9 @@ export class AssistantMessage {
           class: "button ghost open-source",
           type: "button",
           dataset: { ref: doc.ref },
-          "aria-label": `Open source ${doc.ref} beside the answer`,
-          title: "Open the source at this passage",
-          text: "Open",
+          "aria-label": t("Open source {ref} beside the answer", { ref: doc.ref }),
+          title: t("Open the source at this passage"),
+          text: t("Open"),
         }),
       ),
       place ? h("p", { class: "doc-place muted", text: place }) : null,
@@ -353,7 +354,7 @@ export class AssistantMessage {
       h("thead", {}, h("tr", {}, ...columns.map((c) => h("th", { scope: "col", text: cell(c) })))),
       h("tbody", {}, ...shown.map((row) => h("tr", {}, ...row.map((v) => h("td", { text: cell(v) }))))),
     );
-    const count = `${rows.length} row${rows.length === 1 ? "" : "s"}${doc.truncated ? " (more not shown)" : ""}`;
+    const count = `${t("{count} rows", { count: rows.length })}${doc.truncated ? ` ${t("(more not shown)")}` : ""}`;
     return h(
       "li",
       {
@@ -361,7 +362,7 @@ export class AssistantMessage {
         id: `card-${this.key}-${doc.ref}`,
         tabindex: "-1",
         dataset: { ref: doc.ref, kind: "table" },
-        "aria-label": `Source ${doc.ref}: query result over ${doc.filename || "a table"}`,
+        "aria-label": t("Source {ref}: query result over {filename}", { ref: doc.ref, filename: doc.filename || t("a table") }),
       },
       h(
         "div",
@@ -369,7 +370,7 @@ export class AssistantMessage {
         h("span", { class: "ref-badge", text: doc.ref }),
         h("span", { class: "doc-name", text: doc.filename || "table", title: doc.filename || "" }),
       ),
-      h("p", { class: "doc-place muted", text: `SQL result · ${count}` }),
+      h("p", { class: "doc-place muted", text: t("SQL result · {rows}", { rows: count }) }),
       h("pre", { class: "sql-query" }, h("code", { text: doc.query || "" })),
       h("div", { class: "result-table-wrap" }, table),
     );
@@ -379,7 +380,7 @@ export class AssistantMessage {
     if (!rewritten || (question && rewritten.trim() === question.trim())) return;
     this.rewritten.replaceChildren(
       icon("edit"),
-      h("span", {}, "Your question was rewritten as: ", h("q", { text: rewritten })),
+      h("span", {}, t("Your question was rewritten as: "), h("q", { text: rewritten })),
     );
     this.rewritten.hidden = false;
   }
@@ -420,12 +421,12 @@ export class AssistantMessage {
     const count = this.steps.filter((s) => s.kind === "step").length;
     const label =
       this.state === "done"
-        ? [typeof totalMs === "number" ? `Finished in ${formatSeconds(totalMs)}` : "Finished", count ? `${count} steps` : null]
+        ? [typeof totalMs === "number" ? t("Finished in {time}", { time: formatSeconds(totalMs) }) : t("Finished"), count ? t("{count} steps", { count }) : null]
             .filter(Boolean)
             .join(" · ")
         : this.state === "stopped"
-          ? "Stopped"
-          : "Did not finish";
+          ? t("Stopped")
+          : t("Did not finish");
     this.stepSummary.textContent = label;
     if (!this.steps.length) this.stepsBox.hidden = true;
   }

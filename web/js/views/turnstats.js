@@ -7,31 +7,32 @@
 import { api } from "../api.js";
 import { h, mount } from "../dom.js";
 import { registerAdminTab } from "./admin.js";
+import { formatDate, t } from "../i18n.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const WINDOWS = [
-  [24, "Last day"],
-  [24 * 7, "Last week"],
-  [24 * 30, "Last 30 days"],
+  [24, t("Last day")],
+  [24 * 7, t("Last week")],
+  [24 * 30, t("Last 30 days")],
 ];
 // The turn's own clocks are rows of the step log too; the bars show stages only.
 const CLOCKS = new Set(["first_token", "total"]);
 const STAGE_NAMES = {
-  rewriting: "Rewrite",
-  triage: "Triage",
-  fetch_check: "Fetch check",
-  hyde: "HyDE",
-  retrieving: "Retrieve",
-  reranking: "Rerank",
-  evaluating: "Relevance",
-  retrying: "Retry",
-  expanding: "Expand",
+  rewriting: t("Rewrite"),
+  triage: t("Triage"),
+  fetch_check: t("Fetch check"),
+  hyde: t("HyDE"),
+  retrieving: t("Retrieve"),
+  reranking: t("Rerank"),
+  evaluating: t("Relevance"),
+  retrying: t("Retry"),
+  expanding: t("Expand"),
   sql: "SQL",
-  queued: "Queue",
-  generating: "Generate",
-  grounding: "Grounding",
-  verifying: "Citations",
-  provenance: "Provenance",
+  queued: t("Queue"),
+  generating: t("Generate"),
+  grounding: t("Grounding"),
+  verifying: t("Citations"),
+  provenance: t("Provenance"),
 };
 
 function svg(tag, attrs = {}, ...children) {
@@ -69,8 +70,8 @@ export function latencyChart(points, since, until) {
   const ms = sorted.map((p) => p.ms).sort((a, b) => a - b);
   const median = ms.length ? (ms[(ms.length - 1) >> 1] + ms[ms.length >> 1]) / 2 : 0;
   const summary = ms.length
-    ? `First-token latency of ${ms.length} turn${ms.length === 1 ? "" : "s"}: median ${formatMs(median)}, slowest ${formatMs(ms[ms.length - 1])}.`
-    : "No turns in this window.";
+    ? t("First-token latency of {count} turns: median {median}, slowest {slowest}.", { count: ms.length, median: formatMs(median), slowest: formatMs(ms[ms.length - 1]) })
+    : t("No turns in this window.");
   const chart = svg(
     "svg",
     { class: "stats-chart latency-chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": summary },
@@ -84,7 +85,7 @@ export function latencyChart(points, since, until) {
     );
   }
   const hours = (t1 - t0) / 3600000;
-  const left = hours <= 48 ? `${Math.round(hours)} h ago` : `${Math.round(hours / 24)} days ago`;
+  const left = hours <= 48 ? t("{count} h ago", { count: Math.round(hours) }) : t("{count} days ago", { count: Math.round(hours / 24) });
   chart.append(
     svg("text", { class: "axis-label", x: pad.left, y: height - 8 }, left),
     svg("text", { class: "axis-label", x: width - pad.right, y: height - 8, "text-anchor": "end" }, "now"),
@@ -99,7 +100,7 @@ export function latencyChart(points, since, until) {
       svg(
         "circle",
         { class: `point route-${p.route || "rag"}`, cx: x(Date.parse(p.at)).toFixed(1), cy: y(p.ms).toFixed(1), r: 3 },
-        svg("title", {}, `${new Date(p.at).toLocaleString()}: ${formatMs(p.ms)} (${p.route || "rag"})`),
+        svg("title", {}, `${formatDate(p.at, { time: true })}: ${formatMs(p.ms)} (${p.route || "rag"})`),
       ),
     );
   }
@@ -118,8 +119,8 @@ export function stageChart(stages) {
   const max = niceMax(Math.max(...rows.map((s) => s.median_ms), 1));
   const scale = (ms) => (ms / max) * (width - labelWidth - valueWidth);
   const summary = rows.length
-    ? `Median duration per stage: ${rows.map((s) => `${STAGE_NAMES[s.step] || s.step} ${formatMs(s.median_ms)}`).join(", ")}.`
-    : "No stages logged in this window.";
+    ? t("Median duration per stage: {stages}.", { stages: rows.map((s) => `${STAGE_NAMES[s.step] || s.step} ${formatMs(s.median_ms)}`).join(", ") })
+    : t("No stages logged in this window.");
   const chart = svg(
     "svg",
     { class: "stats-chart stage-chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": summary },
@@ -133,7 +134,7 @@ export function stageChart(stages) {
       svg(
         "rect",
         { class: "bar", x: labelWidth, y: top, width: Math.max(scale(s.median_ms), 1).toFixed(1), height: bar, rx: 3 },
-        svg("title", {}, `${name}: median ${formatMs(s.median_ms)} over ${s.turns} turn${s.turns === 1 ? "" : "s"}`),
+        svg("title", {}, t("{name}: median {median} over {count} turns", { name, median: formatMs(s.median_ms), count: s.turns })),
       ),
       svg("text", { class: "value-label", x: labelWidth + scale(s.median_ms) + 6, y: top + bar / 2 + 4 }, formatMs(s.median_ms)),
     );
@@ -148,14 +149,14 @@ export function renderTurnStats(root) {
     { id: "stats-window", onchange: () => load() },
     WINDOWS.map(([hours, label]) => h("option", { value: String(hours), text: label })),
   );
-  const first = h("div", { class: "stats-figure" }, h("p", { class: "muted", text: "Loading…" }));
+  const first = h("div", { class: "stats-figure" }, h("p", { class: "muted", text: t("Loading…") }));
   const stages = h("div", { class: "stats-figure" });
   mount(
     root,
-    h("div", { class: "stats-controls" }, h("label", { for: "stats-window", text: "Window" }), select),
-    h("h2", { class: "stats-heading", text: "Time to first token" }),
+    h("div", { class: "stats-controls" }, h("label", { for: "stats-window", text: t("Window") }), select),
+    h("h2", { class: "stats-heading", text: t("Time to first token") }),
     first,
-    h("h2", { class: "stats-heading", text: "Median time per stage" }),
+    h("h2", { class: "stats-heading", text: t("Median time per stage") }),
     stages,
   );
   async function load() {
@@ -171,7 +172,7 @@ export function renderTurnStats(root) {
     mount(
       first,
       latencyChart(data.first_tokens, data.since, new Date().toISOString()),
-      h("p", { class: "muted stats-note", text: `${turns} turn${turns === 1 ? "" : "s"} answered in this window.` }),
+      h("p", { class: "muted stats-note", text: t("{count} turns answered in this window.", { count: turns }) }),
     );
     mount(stages, stageChart(data.stages));
   }
@@ -182,7 +183,7 @@ export function renderTurnStats(root) {
 // The Admin area's "Statistics" tab (the reload function renderTurnStats returns is not a cleanup).
 registerAdminTab({
   id: "stats",
-  label: "Statistics",
+  label: t("Statistics"),
   render: (root) => {
     renderTurnStats(root);
   },

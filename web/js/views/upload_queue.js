@@ -5,20 +5,21 @@
 
 import { api, uploadDocument } from "../api.js";
 import { announce, formatBytes, h, icon } from "../dom.js";
+import { formatNumber, t } from "../i18n.js";
 import { readEvents } from "../sse.js";
 
 // The worker's indexing stages for one file, in order (docs/design/WORKER_API.md `progress`), as shown to the user.
 const UPLOAD_STAGES = ["converting", "chunking", "embedding", "writing"];
 const STAGE_LABELS = {
-  converting: "Converting…",
-  chunking: "Splitting into passages…",
-  embedding: "Embedding…",
-  writing: "Writing to the index…",
+  converting: t("Converting…"),
+  chunking: t("Splitting into passages…"),
+  embedding: t("Embedding…"),
+  writing: t("Writing to the index…"),
 };
 // OCR reports each scanned page it has read (stage "ocr", with ocr: {page, done, total}).
 const stageLabel = (p) =>
   p.stage === "ocr" && p.ocr
-    ? `Reading scanned page ${p.ocr.done} of ${p.ocr.total}…`
+    ? t("Reading scanned page {done} of {total}…", { done: p.ocr.done, total: p.ocr.total })
     : STAGE_LABELS[p.stage] || `${p.stage}…`;
 const PARALLEL_UPLOADS = 2; // indexing is CPU-heavy on the worker; two at a time keeps the queue moving
 
@@ -39,8 +40,8 @@ export class UploadQueue {
   }
 
   row(name, size, dataset) {
-    const bar = h("progress", { max: 100, value: 0, "aria-label": `Upload of ${name}` });
-    const status = h("span", { class: "upload-status", text: "Waiting…" });
+    const bar = h("progress", { max: 100, value: 0, "aria-label": t("Upload of {name}", { name }) });
+    const status = h("span", { class: "upload-status", text: t("Waiting…") });
     const row = h(
       "li",
       { class: "upload-item", dataset: { file: name } },
@@ -57,7 +58,7 @@ export class UploadQueue {
       this.items.push({ file, dataset, indexId, ...this.row(file.name, file.size, dataset), done: false });
       this.list?.append(this.items[this.items.length - 1].row);
     }
-    announce(`${files.length} file${files.length > 1 ? "s" : ""} queued for upload`);
+    announce(t("{count} files queued for upload", { count: files.length }));
     this.pump();
   }
 
@@ -83,7 +84,7 @@ export class UploadQueue {
       const item = { file: { name: file.filename }, dataset: file.dataset, indexId, ...this.row(file.filename, file.bytes, file.dataset) };
       Object.assign(item, { jobId: job.id, started: true, done: false });
       item.bar.value = 50;
-      item.status.textContent = file.stage ? stageLabel({ stage: file.stage, ...file.progress }) : "Waiting to be indexed…";
+      item.status.textContent = file.stage ? stageLabel({ stage: file.stage, ...file.progress }) : t("Waiting to be indexed…");
       this.items.push(item);
       this.list?.append(item.row);
       this.follow(item);
@@ -108,7 +109,7 @@ export class UploadQueue {
     }
     const file = end?.files?.[0];
     if (end?.state === "done") this.indexed(item, file?.chunks);
-    else this.refused(item, new Error(file?.error || end?.error || "The upload's progress was lost; reload to see it."));
+    else this.refused(item, new Error(file?.error || end?.error || t("The upload's progress was lost; reload to see it.")));
     item.done = true;
     await this.onDone(item);
   }
@@ -121,9 +122,9 @@ export class UploadQueue {
 
   indexed(item, chunks) {
     item.bar.value = 100;
-    item.status.textContent = typeof chunks === "number" ? `Indexed · ${chunks} chunks` : "Indexed";
+    item.status.textContent = typeof chunks === "number" ? `${t("Indexed")} · ${t("{count} chunks", { count: chunks })}` : t("Indexed");
     item.row.classList.add("ok");
-    announce(`${item.file.name} uploaded`);
+    announce(t("{name} uploaded", { name: item.file.name }));
   }
 
   refused(item, err) {
@@ -131,7 +132,7 @@ export class UploadQueue {
     item.bar.hidden = true;
     item.status.replaceChildren(icon("alert"), h("span", { text: err.message }));
     item.status.setAttribute("role", "alert");
-    announce(`${item.file.name} was refused: ${err.message}`);
+    announce(t("{name} was refused: {message}", { name: item.file.name, message: err.message }));
   }
 
   pump() {
@@ -148,7 +149,7 @@ export class UploadQueue {
   }
 
   async upload(item) {
-    item.status.textContent = "Uploading…";
+    item.status.textContent = t("Uploading…");
     try {
       // The bar: the bytes sent fill the first half, the indexing stages the second.
       const answer = await uploadDocument(
@@ -157,7 +158,8 @@ export class UploadQueue {
         item.dataset,
         (fraction) => {
           item.bar.value = Math.round(fraction * 50);
-          item.status.textContent = fraction < 1 ? `Uploading ${Math.round(fraction * 100)}%` : "Indexing…";
+          item.status.textContent =
+            fraction < 1 ? t("Uploading {percent}", { percent: formatNumber(fraction, { style: "percent" }) }) : t("Indexing…");
         },
         (progress) => this.showStage(item, progress),
         (job) => {
