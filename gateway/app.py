@@ -38,8 +38,8 @@ from .headers import SecurityHeaders
 from .hosts import HostCheck
 from .indexes import builds, sharing
 from .indexes import routes as indexes
-from .jobs import routes as jobs
 from .indexes import settings as index_settings
+from .jobs import routes as jobs
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
 from .quotas import TurnSlots, upload_slots

@@ -508,6 +508,8 @@ def _index_sources(conn: Connection) -> None:
     """Sources an index syncs from (folders, buckets) and what their syncs wrote (gateway/sync/)."""
     for model in (IndexSource, IndexSourceFile):
         model.__table__.create(conn, checkfirst=True)
+
+
 def _index_languages(conn: Connection) -> None:
     """Each index's embedder and full-text language (a database made before version 12 lacks the columns; its
     rows stay NULL until the gateway has read the worker's marker of each, see gateway/indexes/settings.py)."""
