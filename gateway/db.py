@@ -513,6 +513,8 @@ def _index_sources(conn: Connection) -> None:
 def _index_languages(conn: Connection) -> None:
     """Each index's embedder and full-text language (a database made before version 12 lacks the columns; its
     rows stay NULL until the gateway has read the worker's marker of each, see gateway/indexes/settings.py)."""
+    if not inspect(conn).has_table("indexes"):
+        return  # made whole, with the columns, from the models
     columns = {c["name"] for c in inspect(conn).get_columns("indexes")}
     for name, ddl in {"embedder": "VARCHAR(64) NULL", "language": "VARCHAR(16) NULL"}.items():
         if name not in columns:
