@@ -310,7 +310,7 @@ routes = [
             },
             query={
                 "wait": (
-                    {"type": "boolean"},
+                    {"type": "string", "enum": ["true", "false", "1", "0"]},
                     "answer once the file is indexed (201 with the document, or the refusal), as before jobs",
                 )
             },

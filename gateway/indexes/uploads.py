@@ -128,15 +128,17 @@ def wants_events(request: Request) -> bool:
 
 
 def wants_wait(request: Request) -> bool:
-    raw = request.query_params.get("wait", "").lower()
-    if raw in ("1", "true", "yes"):
-        return True
-    if raw in ("", "0", "false", "no"):
+    raw = request.query_params.get("wait")
+    if raw is None:
         return False
-    raise BadRequest("wait must be true or false", code="invalid", field="wait")
+    if raw.lower() in ("1", "true"):
+        return True
+    if raw.lower() in ("0", "false"):
+        return False
+    raise BadRequest("wait must be true or false (or 1 or 0)", code="invalid", field="wait")
 
 
-async def wait_for_job(c: Context, job_id: int) -> tuple[Job, list[JobFile]]:
+async def wait_for_job(c: Context, job_id: int) -> tuple[Job | None, list[JobFile]]:
     """The job and its files once it ended (however the client's connection goes meanwhile: the job goes on)."""
     while True:
         job, files = await in_thread(job_rows, c, job_id)

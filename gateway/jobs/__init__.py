@@ -9,7 +9,8 @@ job again and its kind's handler runs once more, skipping the files already comm
 (the job could not go on, or every file failed) or `cancelled` (`POST /api/jobs/{id}/cancel`: a queued job at
 once, a running one through `cancel_at`, which its owner reads with its heartbeat). Only the oldest unfinished job
 of an index is ever claimed, so one index runs one job at a time on all replicas together; a replica runs at
-most JOB_PARALLEL jobs (of different indexes) at once.
+most JOB_PARALLEL jobs (of different indexes) at once. A replica claims only the kinds registered in it (during
+a rolling upgrade, a job of a newer kind waits for a replica that has it).
 
 How a new kind plugs in (the `sync` kind is one):
 

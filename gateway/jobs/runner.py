@@ -402,7 +402,7 @@ class JobRunner:
         s = self.c.settings
         while len(self.running) < s.job_parallel:
             busy = {run.job.index_id for _t, run in self.running.values()}
-            job = await in_thread(store.claim, self.c.db, self.replica, s.job_stale_s, busy)
+            job = await in_thread(store.claim, self.c.db, self.replica, s.job_stale_s, busy, list(KINDS))
             if job is None:
                 return
             run = JobRun(self, job)

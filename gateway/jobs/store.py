@@ -34,19 +34,20 @@ def stale_cutoff(stale_s: float):
     return utcnow() - timedelta(seconds=stale_s)
 
 
-def claim(db: Database, replica: str, stale_s: float, busy_indexes: set[int]) -> Job | None:
+def claim(
+    db: Database, replica: str, stale_s: float, busy_indexes: set[int], kinds: list[str] | None = None
+) -> Job | None:
     """Take the next job this replica may run: the oldest unfinished job of an index (so one index runs one job
-    at a time, on every replica), queued or left by an owner whose heartbeat is older than `stale_s`. The claim
-    is one conditional UPDATE: of two replicas racing for a job, one gets it."""
+    at a time, on every replica), queued or left by an owner whose heartbeat is older than `stale_s`, of one of
+    `kinds` (those this replica knows: during an upgrade, a job of a newer kind waits for a replica that has it).
+    The claim is one conditional UPDATE: of two replicas racing for a job, one gets it."""
     cutoff = stale_cutoff(stale_s)
     with db.session() as s:
         first = select(func.min(Job.id)).where(col(Job.state).in_(ACTIVE)).group_by(Job.index_id)
-        candidates = s.exec(
-            select(Job.id, Job.index_id, Job.state, Job.heartbeat_at)
-            .where(col(Job.id).in_(first))
-            .order_by(col(Job.id))
-            .limit(50)
-        ).all()
+        query = select(Job.id, Job.index_id, Job.state, Job.heartbeat_at).where(col(Job.id).in_(first))
+        if kinds is not None:
+            query = query.where(col(Job.kind).in_(kinds))
+        candidates = s.exec(query.order_by(col(Job.id)).limit(50)).all()
     for job_id, index_id, _state, _beat in candidates:
         if index_id in busy_indexes:
             continue

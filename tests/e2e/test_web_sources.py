@@ -194,7 +194,8 @@ def test_a_citation_opens_its_original_at_the_passage(page: Page, console, tmp_p
           form.append("file", new Blob([bytes], { type: "application/pdf" }), "multi_page.pdf");
           return (await fetch(url, { method: "POST", body: form, credentials: "same-origin" })).status;
         }""",
-        [f"/api/indexes/{index['id']}/documents", base64.b64encode(ONE_PAGE.read_bytes()).decode()],
+        # ?wait=1: answered once indexed, so the citation below meets the replaced file.
+        [f"/api/indexes/{index['id']}/documents?wait=1", base64.b64encode(ONE_PAGE.read_bytes()).decode()],
     )
     assert status == 201, status
     first_turn = page.locator(".message.assistant").first

@@ -82,6 +82,17 @@ def test_only_the_oldest_unfinished_job_of_an_index_is_claimed_and_a_stale_one_i
     assert job(ctx, second.id).state == "queued"
 
 
+def test_a_replica_claims_only_the_kinds_it_knows(ctx):
+    newer = queue_job(ctx, "from-a-newer-gateway", 1, 1, {}, [])
+    behind = queue_job(ctx, "upload", 1, 1, {}, [])
+    other = queue_job(ctx, "upload", 2, 1, {}, [])
+    # The newer kind's job is first on index 1: it waits for a replica that knows it, and index 1 with it.
+    assert store.claim(ctx.db, "old", 0.5, set(), ["upload"]).id == other.id
+    assert store.claim(ctx.db, "old", 0.5, set(), ["upload"]) is None
+    assert job(ctx, behind.id).state == "queued"
+    assert store.claim(ctx.db, "new", 0.5, set(), ["upload", "from-a-newer-gateway"]).id == newer.id
+
+
 def test_a_cancel_of_a_queued_job_is_at_once_and_of_a_running_one_is_read_with_the_heartbeat(ctx):
     running = queue_job(ctx, "upload", 1, 1, {}, [{"filename": "a.md"}])
     queued = queue_job(ctx, "upload", 1, 1, {}, [{"filename": "b.md"}])

@@ -248,6 +248,8 @@ def test_refused_uploads_store_nothing_and_queue_no_job(api, owner, gateway):
     too_big = upload(api, owner, index["id"], "big.md", b"x" * (256 * 1024 + 1))
     assert too_big.status_code == 413 and too_big.json()["field"] == "file"
     assert upload(api, owner, index["id"], "../escape.md", note("escape")).status_code == 400
+    bad_wait = upload(api, owner, index["id"], "fine.md", note("fine"), wait="soon")
+    assert bad_wait.status_code == 400 and bad_wait.json()["field"] == "wait"
     assert api.get("/api/jobs", params={"index": index["id"]}, headers=owner).json()["jobs"] == []
 
 
