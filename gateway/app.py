@@ -44,7 +44,6 @@ from .quotas import TurnSlots, upload_slots
 from .settings import Settings
 from .turns import routes as turns
 from .turns import steplog
-from .turns.beats import Beats
 from .web import WebFiles
 from .worker_client import WorkerClient
 
@@ -88,7 +87,6 @@ def create_app(settings: Settings | None = None) -> Starlette:
             turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
             upload_slots=upload_slots(settings.max_uploads_per_user),
             key_limits=RateLimit(limit=settings.api_key_rate_limit, window_s=settings.api_key_rate_window_s),
-            beats=Beats(db),
         )
         # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
         sweeper = asyncio.create_task(

@@ -53,8 +53,6 @@ class Context:
     turns: dict[int, Any] = field(default_factory=dict)
     # Index builds this process runs (gateway/indexes/builds.py), by index id.
     builds: dict[int, Any] = field(default_factory=dict)
-    # The beats of running turns with nothing new to save, gathered (gateway/turns/beats.py).
-    beats: Any = None
 
 
 def ctx(request: Request) -> Context:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Connection, tuple_
+from sqlalchemy import Connection
 from sqlmodel import Session, col, select, update
 
 from .context import in_thread
@@ -163,32 +163,17 @@ def save_progress(
     return True, row[0] is not None
 
 
-def check_many(db: Database, turns: list[tuple[int, int]]) -> dict[tuple[int, int], bool]:
-    """For turns with nothing to save and a heartbeat still fresh, what `save_progress` would tell them, from one
-    read without the write lock: {(chat, message): stop requested} for those still owned."""
+def check_turn(db: Database, chat_id: int, message_id: int) -> tuple[bool, bool]:
+    """`save_progress` with nothing to save and the heartbeat still fresh: the same answer (still owned, stop
+    requested) from one read, without the write lock."""
     chats = Chat.__table__
     with db.read_engine.connect() as conn:
-        rows = conn.execute(
-            select(chats.c.id, chats.c.turn_message_id, chats.c.turn_stop_at).where(
-                chats.c.id.in_(sorted({chat for chat, _ in turns}))
-            )
-        ).all()
-    wanted = set(turns)
-    return {(r[0], r[1]): r[2] is not None for r in rows if (r[0], r[1]) in wanted}
-
-
-def beat_many(db: Database, turns: list[tuple[int, int]]) -> dict[tuple[int, int], bool]:
-    """The heartbeat of several turns with nothing new to save, in one UPDATE: {(chat, message): stop
-    requested} for those still owned (the others are not touched)."""
-    chats = Chat.__table__
-    with db.write() as conn:
-        rows = conn.execute(
-            chats.update()
-            .where(tuple_(chats.c.id, chats.c.turn_message_id).in_(sorted(set(turns))))
-            .values(turn_heartbeat_at=utcnow())
-            .returning(chats.c.id, chats.c.turn_message_id, chats.c.turn_stop_at)
-        ).all()
-    return {(r[0], r[1]): r[2] is not None for r in rows}
+        row = conn.execute(
+            select(chats.c.turn_message_id, chats.c.turn_stop_at).where(chats.c.id == chat_id)
+        ).first()
+    if row is None or row[0] != message_id:
+        return False, False
+    return True, row[1] is not None
 
 
 def request_stop(db: Database, chat_id: int) -> int | None:

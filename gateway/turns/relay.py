@@ -44,11 +44,8 @@ async def keep_turn(c: Context, handle: TurnHandle) -> None:
         rec.documents_changed = False
         unchanged = content is None and step_list is None and documents is None
         try:
-            if unchanged:  # gathered with the other turns' beats (turns/beats.py)
-                due = time.monotonic() - beaten >= beat_every
-                owned, stop = await c.beats.beat(plan.chat_id, plan.message_id, write=due)
-                if due:
-                    beaten = time.monotonic()
+            if unchanged and time.monotonic() - beaten < beat_every:
+                owned, stop = await in_thread(lifecycle.check_turn, c.db, plan.chat_id, plan.message_id)
             else:
                 owned, stop = await in_thread(
                     lifecycle.save_progress,

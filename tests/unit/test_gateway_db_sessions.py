@@ -44,17 +44,12 @@ def test_a_read_session_reads_while_another_connection_holds_the_write_lock(tmp_
         db.dispose()
 
 
-def test_the_periodic_save_and_the_gathered_beats_see_ownership_and_a_stop(tmp_path):
+def test_the_periodic_save_and_its_read_only_check_see_ownership_and_a_stop(tmp_path):
     db, chat_id, msg_id = seeded(tmp_path)
-    turn = (chat_id, msg_id)
     assert lifecycle.save_progress(db, chat_id, msg_id, "partial", None, None) == (True, False)
-    assert lifecycle.check_many(db, [turn]) == {turn: False}
-    before = beat_at(db, chat_id)
-    assert lifecycle.beat_many(db, [turn, (chat_id + 1, msg_id)]) == {turn: False}
-    assert beat_at(db, chat_id) >= before
+    assert lifecycle.check_turn(db, chat_id, msg_id) == (True, False)
     assert lifecycle.request_stop(db, chat_id) == msg_id
-    assert lifecycle.check_many(db, [turn]) == {turn: True}
-    assert lifecycle.beat_many(db, [turn]) == {turn: True}
+    assert lifecycle.check_turn(db, chat_id, msg_id) == (True, True)
     assert lifecycle.save_progress(db, chat_id, msg_id, None, [{"step": "x"}], None) == (True, True)
     with db.read() as s:
         msg = s.get(Message, msg_id)
@@ -62,16 +57,8 @@ def test_the_periodic_save_and_the_gathered_beats_see_ownership_and_a_stop(tmp_p
     # Another turn took the chat: this one is no longer owned, and its save writes nothing.
     with db.write() as conn:
         conn.execute(Chat.__table__.update().values(turn_message_id=msg_id + 100))
-    before = beat_at(db, chat_id)
-    assert lifecycle.check_many(db, [turn]) == {}
-    assert lifecycle.beat_many(db, [turn]) == {}
+    assert lifecycle.check_turn(db, chat_id, msg_id) == (False, False)
     assert lifecycle.save_progress(db, chat_id, msg_id, "lost", None, None) == (False, False)
     with db.read() as s:
         assert s.get(Message, msg_id).content == "partial"
-    assert beat_at(db, chat_id) == before  # the other turn's heartbeat is not this one's to refresh
     db.dispose()
-
-
-def beat_at(db: Database, chat_id: int):
-    with db.read() as s:
-        return s.get(Chat, chat_id).turn_heartbeat_at
