@@ -37,7 +37,7 @@ async def keep_turn(c: Context, handle: TurnHandle) -> None:
         handle.wake.clear()
         if handle.finishing:
             return
-        tokens, steps = len(rec.tokens), len(rec.steps)
+        tokens, steps = len(rec.tokens), rec.step_changes
         content = rec.partial_reply if tokens != handle.saved_tokens and rec.done is None else None
         step_list = list(rec.steps) if steps != handle.saved_steps and rec.done is None else None
         documents = rec.documents if rec.documents_changed and rec.done is None else None

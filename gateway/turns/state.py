@@ -46,10 +46,15 @@ class TurnRecord:
     error_status: int = 502
     stopped: bool = False
     documents_changed: bool = False
+    # Steps worth a periodic save: each but a `queued` step that follows another (the worker's queue sends one
+    # per position change, up to one per turn ahead; the list is saved whole, with the next step or the end).
+    step_changes: int = 0
 
     def see(self, f: Frame) -> None:
         data = f.data if isinstance(f.data, dict) else {}
         if f.event == "step":
+            if not (data.get("step") == "queued" and self.steps and self.steps[-1].get("step") == "queued"):
+                self.step_changes += 1
             self.steps.append(data)
         elif f.event == "documents":
             self.documents = data.get("documents") or []

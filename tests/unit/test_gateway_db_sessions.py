@@ -7,6 +7,8 @@ import sqlite3
 
 from gateway import lifecycle
 from gateway.db import Chat, Database, Message, User, utcnow
+from gateway.sse import Frame
+from gateway.turns.state import TurnRecord
 
 
 def seeded(tmp_path) -> tuple[Database, int, int]:
@@ -62,3 +64,13 @@ def test_the_periodic_save_and_its_read_only_check_see_ownership_and_a_stop(tmp_
     with db.read() as s:
         assert s.get(Message, msg_id).content == "partial"
     db.dispose()
+
+
+def test_a_turn_waiting_in_the_queue_has_one_step_to_save_not_one_per_position():
+    rec = TurnRecord()
+    for position in (5, 4, 3, 2, 1):
+        rec.see(Frame(raw="", event="step", data={"step": "queued", "position": position}))
+    assert rec.step_changes == 1 and len(rec.steps) == 5  # every position relayed and kept, saved once
+    rec.see(Frame(raw="", event="step", data={"step": "retrieving"}))
+    rec.see(Frame(raw="", event="step", data={"step": "queued", "position": 1}))
+    assert rec.step_changes == 3 and len(rec.steps) == 7
