@@ -100,10 +100,16 @@ async def _upload(request: Request, c: Context, user, index, slot) -> Response:
         raise BadRequest("the file is empty", code="empty_file", field="file")
     # Stored durably (JOBS_DIR, 0600, fsynced) and queued before the answer: the client may go now.
     upload.file.seek(0)
-    job = await in_thread(
-        queue_upload, c, user.id, index.id, dataset, filename, upload.content_type, upload.file
-    )
-    slot.release()
+
+    def queue() -> Job:
+        # The slot is given back in the same thread as the job's commit: from then on the job counts as
+        # unfinished, and a concurrent check (MAX_UPLOADS_PER_USER) must not count this upload twice, as the
+        # slot and as the job, across a hop back to the event loop (a burst of 20 got a spurious 429).
+        job = queue_upload(c, user.id, index.id, dataset, filename, upload.content_type, upload.file)
+        slot.release()
+        return job
+
+    job = await in_thread(queue)
     q = c.jobs.listen(job.id)  # before the job can start: this stream sees its every stage
     c.jobs.poke()
     if wants_events(request):  # the web: the file's stages as they happen, then the document row

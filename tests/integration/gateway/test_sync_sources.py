@@ -314,7 +314,9 @@ def test_sources_of_an_index_are_404_to_others_and_read_only_to_readers(api, own
 def test_bad_and_hostile_source_definitions_are_4xx_json_and_write_nothing(api, owner, roots, s3):
     index = new_index(api, owner)
     base = f"/api/indexes/{index['id']}/sources"
-    (roots / "allowed" / "escape").symlink_to(roots)
+    escape = roots / "allowed" / "escape"
+    if not escape.is_symlink():  # the roots are the module's: made by the first database's run
+        escape.symlink_to(roots)
     cases = [
         ({"kind": "folder", "path": str(roots)}, "outside_roots"),
         ({"kind": "folder", "path": str(roots / "allowed" / ".." / "..")}, "outside_roots"),
