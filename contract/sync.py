@@ -21,6 +21,11 @@ A run:
 
 A file that cannot be read, converted or fetched is a per-file error and the run goes on. When the listing
 itself fails (the folder is gone, the bucket refuses the credentials) nothing is added or removed.
+
+A file the index refused for a reason that lasts (a type it cannot read, a file that does not convert, one too
+large: a SyncError with `lasting`) is remembered with its size, stamp and hash: later runs report it as failed
+with the same error without reading or sending it again, until it changes (another size or stamp and other
+bytes). A failure that may pass (the worker unreachable, the file unreadable) is tried again at every run.
 """
 
 from __future__ import annotations
@@ -47,10 +52,13 @@ SAVE_EVERY = 50
 class SyncError(Exception):
     """One file could not be synced: `code` (machine-readable) and a message saying why."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, *, lasting: bool = False):
         super().__init__(message)
         self.code = code
         self.message = message
+        # True when sending the same bytes again would fail the same way (the type is unsupported, the file
+        # does not convert): the run remembers the failure and does not try the file again until it changes.
+        self.lasting = lasting
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,8 @@ class FileEvent:
     dataset: str = DEFAULT_DATASET
     code: str | None = None
     error: str | None = None
+    # False for a file that failed in an earlier run and has not changed since: not read nor sent again.
+    tried: bool | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -131,6 +141,7 @@ class Summary:
     removed: int = 0
     unchanged: int = 0
     failed: list[dict] = field(default_factory=list)
+    failed_unchanged: int = 0  # of `failed`: files that failed before, unchanged since, not tried again
     hashed: int = 0  # files read and hashed this run (the others were passed over on size and stamp)
     seconds: float = 0.0
     listed: bool = True  # False when the source could not be listed (nothing was added or removed)
@@ -141,7 +152,9 @@ class Summary:
     def line(self) -> str:
         return (
             f"added {self.added}, changed {self.changed}, removed {self.removed}, "
-            f"unchanged {self.unchanged}, failed {len(self.failed)} in {self.seconds:.1f} s"
+            f"unchanged {self.unchanged}, failed {len(self.failed)}"
+            + (f" ({self.failed_unchanged} unchanged since they failed)" if self.failed_unchanged else "")
+            + f" in {self.seconds:.1f} s"
         )
 
 
@@ -194,9 +207,18 @@ def sync(
     new_state: dict[str, dict] = {}
     blocked: list[str] = []  # paths the listing could not read: what earlier runs wrote under them stays
 
-    def fail(path: str, dataset: str, code: str, error: str) -> FileEvent:
+    def fail(path: str, dataset: str, code: str, error: str, tried: bool | None = None) -> FileEvent:
         summary.failed.append({"file": path, "code": code, "error": error})
-        return FileEvent(path, "failed", done, total, dataset, code, error)
+        if tried is False:
+            summary.failed[-1]["tried"] = False
+            summary.failed_unchanged += 1
+        return FileEvent(path, "failed", done, total, dataset, code, error, tried)
+
+    def still_failing(path: str, dataset: str, record: dict, failure: dict) -> FileEvent:
+        new_state[path] = record
+        return fail(
+            path, dataset, str(failure.get("code") or "failed"), str(failure.get("error") or ""), False
+        )
 
     try:
         for item in listing:
@@ -238,11 +260,22 @@ def sync(
                 summary.unchanged += 1  # nothing read: size and stamp are the ones recorded
                 new_state[item.path] = record
                 continue
+            failure = (record or {}).get("failure")
+            if failure and failure.get("size") == item.size and failure.get("stamp") == item.stamp:
+                yield still_failing(item.path, dataset, record, failure)  # nothing read nor sent
+                continue
             ours = record is not None and have is not None and have == record.get("sha256")
+            digest = None
             try:
                 with source.local(item) as local:
                     digest = sha256_of(local)
                     summary.hashed += 1
+                    if failure and failure.get("sha256") == digest and have != digest:
+                        # Touched, not changed: the bytes that failed. Not sent again.
+                        record = {**record, "failure": {**failure, "size": item.size, "stamp": item.stamp}}
+                        dirty += 1
+                        yield still_failing(item.path, dataset, record, record["failure"])
+                        continue
                     if have == digest:
                         # Same bytes under that name: this file (an earlier run's, or a run cut short before
                         # its bookkeeping was saved).
@@ -264,6 +297,20 @@ def sync(
             except SyncError as err:
                 if ours:
                     new_state[item.path] = record  # still the document this source wrote
+                if err.lasting:
+                    base = record if ours else {"size": -1, "stamp": "", "sha256": "", "dataset": dataset}
+                    base = {**base, "filename": base.get("filename") or filename}
+                    new_state[item.path] = {
+                        **base,
+                        "failure": {
+                            "size": item.size,
+                            "stamp": item.stamp,
+                            "sha256": digest or "",
+                            "code": err.code,
+                            "error": err.message,
+                        },
+                    }
+                    dirty += 1
                 yield fail(item.path, dataset, err.code, err.message)
                 continue
             except OSError as err:

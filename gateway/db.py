@@ -381,6 +381,9 @@ class IndexSourceFile(SQLModel, table=True):
     sha256: str = Field(default="", max_length=64)
     dataset: str = Field(default="default", max_length=64)
     filename: str = Field(max_length=255)
+    # The lasting failure of the file's last try (size, stamp and sha256 of what failed, code, error): the
+    # next runs do not send it to the worker again while it is unchanged. NULL when it did not fail.
+    failure: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class SchemaMigration(SQLModel, table=True):
@@ -521,6 +524,15 @@ def _index_languages(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE indexes ADD COLUMN {name} {ddl}"))
 
 
+def _sync_failures(conn: Connection) -> None:
+    """A sync file's lasting failure, so an unchanged file the worker refused is not sent again every run."""
+    if not inspect(conn).has_table("index_source_files"):
+        return  # made whole, with the column, from the model
+    columns = {c["name"] for c in inspect(conn).get_columns("index_source_files")}
+    if "failure" not in columns:
+        conn.execute(text("ALTER TABLE index_source_files ADD COLUMN failure JSON NULL"))
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
@@ -539,6 +551,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
         _index_sources,
     ),
     (12, "each index's embedder and full-text language", _index_languages),
+    (13, "a sync file's lasting failure, kept until the file changes", _sync_failures),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

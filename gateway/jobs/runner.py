@@ -422,7 +422,8 @@ class JobRunner:
                 raise JobFailed(f"this gateway cannot run jobs of kind '{job.kind}'", "unknown_kind")
             await handler(run)
             run.check()
-            files = await run.files()
+            # A file a sync did not try again (it failed before and has not changed) fails nothing new.
+            files = [f for f in await run.files() if (f.detail or {}).get("tried") is not False]
             failed = [f for f in files if f.state == "failed"]
             if files and len(failed) == len(files):
                 state = "failed"

@@ -48,6 +48,7 @@ class DbState(MemoryState):
                     "sha256": r.sha256,
                     "dataset": r.dataset,
                     "filename": r.filename,
+                    **({"failure": r.failure} if r.failure else {}),
                 }
                 for r in rows
             }
@@ -77,6 +78,7 @@ class DbState(MemoryState):
                     sha256=str(r.get("sha256") or ""),
                     dataset=str(r.get("dataset") or "default"),
                     filename=str(r.get("filename") or ""),
+                    failure=_failure(r.get("failure")),
                 )
                 for p, r in changed.items()
             )
@@ -117,7 +119,9 @@ class GatewayTarget:
         limit = self.c.settings.max_upload_bytes
         size = path.stat().st_size
         if size > limit:
-            raise SyncError("too_large", f"the file is {size} bytes, over MAX_UPLOAD_BYTES ({limit})")
+            raise SyncError(
+                "too_large", f"the file is {size} bytes, over MAX_UPLOAD_BYTES ({limit})", lasting=True
+            )
         content = path.read_bytes()
         self._on_loop(self._add(dataset, filename, content))
 
@@ -139,7 +143,15 @@ class GatewayTarget:
         except (Retry, FileFailed) as exc:
             await run._end_file(file, "failed", exc.message, exc.code, exc.status)
             self.wrote_failure = True
-            raise SyncError(exc.code, exc.message) from None
+            # The worker refused these bytes (415: a type it cannot read; 422: they do not convert): the
+            # same bytes fail the same way, so later runs do not send them again until the file changes.
+            # A worker that was away or busy (Retry, 408, 429, 5xx) is tried again next run.
+            lasting = (
+                isinstance(exc, FileFailed)
+                and (exc.status or 422) < 500
+                and exc.status not in (404, 408, 429)
+            )
+            raise SyncError(exc.code, exc.message, lasting=lasting) from None
 
         def commit(s, row: JobFile, result: dict) -> None:
             record_document(s, run.job, row, result)
@@ -208,10 +220,12 @@ async def run_sync(run: JobRun) -> None:
             "dataset": event.dataset,
             "filename": (event.file.rsplit("/", 1)[-1] or event.file or "(source)")[:255],
             "state": "failed" if event.stage == "failed" else "done",
-            "stage": event.stage,
+            # A file that failed before and has not changed: not sent again, its earlier error kept.
+            "stage": "unchanged" if event.tried is False else event.stage,
             "error": event.error,
             "code": (event.code or "")[:64] or None,
-            "detail": {"path": event.file[:1024], "action": event.stage},
+            "detail": {"path": event.file[:1024], "action": event.stage}
+            | ({"tried": False} if event.tried is False else {}),
         }
         asyncio.run_coroutine_threadsafe(run.add_files([entry]), loop).result()
 
@@ -231,6 +245,7 @@ async def run_sync(run: JobRun) -> None:
         "removed": summary.removed,
         "unchanged": summary.unchanged,
         "failed": len(summary.failed),
+        "failed_unchanged": summary.failed_unchanged,
         "job_id": run.job.id,
         "seconds": summary.seconds,
     }
@@ -239,6 +254,19 @@ async def run_sync(run: JobRun) -> None:
     if not summary.listed:
         problem = summary.failed[0] if summary.failed else {"error": "the source could not be listed"}
         raise JobFailed(problem["error"], problem.get("code") or "source_unreachable")
+
+
+def _failure(value) -> dict | None:
+    """A remembered failure as stored: its size, stamp and hash, and the code and error (cut to fit)."""
+    if not isinstance(value, dict):
+        return None
+    return {
+        "size": int(value.get("size") or 0),
+        "stamp": str(value.get("stamp") or "")[:200],
+        "sha256": str(value.get("sha256") or "")[:64],
+        "code": str(value.get("code") or "failed")[:64],
+        "error": str(value.get("error") or "")[:1000],
+    }
 
 
 def _close_open_files(c, job_id: int) -> None:

@@ -140,7 +140,8 @@ class SourceOut(Out):
     next_run_at: str | None
     last_job_id: int | None
     last_summary: dict = Field(
-        description="the last run's counts: added, changed, removed, unchanged, failed"
+        description="the last run's counts: added, changed, removed, unchanged, failed, failed_unchanged "
+        "(of the failed, those not tried again: unchanged since they failed)"
     )
     created_at: str | None
     updated_at: str | None

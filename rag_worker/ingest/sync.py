@@ -70,7 +70,9 @@ class StoreTarget:
         except EmbedderMismatch:
             raise  # the whole index, not this file: the run ends
         except ApiError as err:
-            raise SyncError(err.code, err.message) from err
+            # A 4xx (no text in it, it does not convert, too large) fails again on the same bytes.
+            lasting = 400 <= err.status < 500 and err.status not in (408, 409, 429)
+            raise SyncError(err.code, err.message, lasting=lasting) from err
         except OSError as err:
             raise SyncError("unreadable", f"cannot read the file: {err.strerror or err}") from err
         except Exception as exc:  # one bad file never stops the run
@@ -205,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _show(event: FileEvent, quiet: bool) -> None:
     if event.stage == "failed":
-        print(f"failed: {event.file}: {event.error}", file=sys.stderr)
+        again = " (unchanged since it failed: not converted again)" if event.tried is False else ""
+        print(f"failed: {event.file}: {event.error}{again}", file=sys.stderr)
     elif not quiet:
         print(f"{event.stage}: {event.file}")

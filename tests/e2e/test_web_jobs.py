@@ -31,10 +31,12 @@ def no_console_errors(console):
     assert console.unexpected()[before:] == []
 
 
-def scan(path):
+def scan(path, animal: str = "otter", count: int = PAGES):
     from tests.unit.test_ocr import text_image
 
-    pages = [text_image(f"Ledger page {n}: the otter counted {n * 11} reeds.") for n in range(1, PAGES + 1)]
+    pages = [
+        text_image(f"Ledger page {n}: the {animal} counted {n * 11} reeds.") for n in range(1, count + 1)
+    ]
     pages[0].save(path, "PDF", save_all=True, append_images=pages[1:], resolution=200)
     return path
 
@@ -102,3 +104,63 @@ def test_an_upload_left_mid_scan_shows_its_progress_on_return_and_elsewhere_and_
         expect(elsewhere.locator(".upload-item", has_text="ledger-scan.pdf")).to_have_count(1)
     finally:
         other.close()
+
+
+def test_uploads_cancelled_while_queued_or_being_read_show_cancelled_and_index_nothing(
+    browser, stack, console, tmp_path
+):
+    # A browser of its own: the module's page is signed in as the first test's user.
+    context = browser.new_context(viewport={"width": 1000, "height": 800}, base_url=stack)
+    context.add_init_script(CSP_REPORTER)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    console.watch(page)
+    try:
+        cancel_two_uploads(page, tmp_path)
+    finally:
+        context.close()
+
+
+def cancel_two_uploads(page: Page, tmp_path) -> None:
+    page.goto("/")
+    page.get_by_role("button", name="Create an account").click()
+    page.get_by_label("Username").fill("jobs-cancel-e2e")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Create account").click()
+    expect(page.locator(".user-name")).to_have_text("jobs-cancel-e2e")
+    page.get_by_role("link", name="Documents").click()
+    page.locator("#new-index-name").fill("drafts")
+    page.get_by_role("button", name="Create index").click()
+    expect(page.locator(".index-title")).to_have_text("drafts")
+
+    # Two scans: the index's jobs run one at a time, so while the first (long: it is cancelled long before its
+    # end) is read, the second waits, queued.
+    first = scan(tmp_path / "first-scan.pdf", "heron", 60)
+    second = scan(tmp_path / "second-scan.pdf", "beaver")
+    page.set_input_files("#upload-files", [str(first)])
+    reading = page.locator(".upload-item", has_text="first-scan.pdf")
+    expect(reading.locator(".upload-status")).to_contain_text("Reading scanned page", timeout=120_000)
+    page.set_input_files("#upload-files", [str(second)])
+    waiting = page.locator(".upload-item", has_text="second-scan.pdf")
+    expect(waiting.locator(".upload-status")).to_have_text("Waiting to be indexed…")  # sent, queued
+    expect(reading.locator(".upload-status")).to_contain_text("Reading scanned page")  # still the first
+
+    waiting.get_by_role("button", name="Cancel the upload of second-scan.pdf").click()
+    expect(waiting.locator(".upload-status")).to_have_text("Cancelled")
+    reading.get_by_role("button", name="Cancel the upload of first-scan.pdf").click()
+    expect(reading.locator(".upload-status")).to_have_text("Cancelled", timeout=30_000)
+    expect(reading).not_to_have_class(re.compile(r"\b(ok|failed)\b"))
+    expect(reading.get_by_role("button", name=re.compile("Cancel the upload"))).to_be_hidden()
+    expect(page.locator(".empty-table")).to_have_text("No documents in this index yet.")
+
+    # Away and back: the uploads that ended meanwhile show with their outcome, and nothing was indexed.
+    page.goto("about:blank")
+    page.goto("/")
+    page.get_by_role("link", name="Documents").click()
+    expect(page.locator(".index-title")).to_have_text("drafts")
+    for name in ("first-scan.pdf", "second-scan.pdf"):
+        expect(page.locator(".upload-item", has_text=name).locator(".upload-status")).to_have_text(
+            "Cancelled"
+        )
+    expect(page.locator(".upload-item")).to_have_count(2)
+    expect(page.locator(".empty-table")).to_have_text("No documents in this index yet.")

@@ -27,7 +27,9 @@ class RecordingTarget:
         self.docs: dict[tuple[str, str], str] = {}
         self.added: list[tuple[str, str]] = []
         self.removed: list[tuple[str, str]] = []
-        self.fail_on: set[str] = set()
+        self.fail_on: set[str] = set()  # refused for good (a file that does not convert)
+        self.away_for: set[str] = set()  # refused for a reason that may pass (the worker away)
+        self.tries: list[str] = []  # every file it was asked to add, in order
 
     def documents(self):
         return dict(self.docs)
@@ -41,8 +43,11 @@ class RecordingTarget:
         return filename.endswith((".md", ".txt"))
 
     def add(self, dataset, filename, path):
+        self.tries.append(filename)
         if filename in self.fail_on:
-            raise SyncError("conversion_failed", "cannot convert")
+            raise SyncError("conversion_failed", "cannot convert", lasting=True)
+        if filename in self.away_for:
+            raise SyncError("worker_unavailable", "the worker is away")
         self.docs[(dataset, filename)] = sha256_of(path)
         self.added.append((dataset, filename))
 
@@ -235,3 +240,66 @@ def test_a_file_that_cannot_be_read_keeps_its_document_and_the_run_goes_on(setup
     summary = run_to_end(sync(Vanishing(folder), target, state))
     assert [(f["file"], f["code"]) for f in summary.failed] == [("b.md", "unreadable")]
     assert summary.added == 1 and summary.removed == 0 and ("default", "b.md") in target.docs
+
+
+def test_a_file_that_failed_is_not_tried_again_until_it_changes(setup):
+    folder, target, state = setup
+    (folder / "bad.md").write_text("does not convert")
+    target.fail_on.add("bad.md")
+    first = run(folder, target, state)
+    assert target.tries.count("bad.md") == 1 and first.failed_unchanged == 0
+    assert [(f["file"], f["code"]) for f in first.failed] == [("bad.md", "conversion_failed")]
+
+    target.tries.clear()
+    events = []
+    second = run_to_end(sync(FolderSource(folder), target, state), events.append)
+    assert target.tries == []  # nothing sent: bad.md failed and has not changed; the rest is unchanged
+    assert [(f["file"], f["code"], f["error"]) for f in second.failed] == [
+        ("bad.md", "conversion_failed", "cannot convert")
+    ]
+    assert second.failed_unchanged == 1 and second.unchanged == 3
+    assert [(e.file, e.stage, e.tried) for e in events] == [("bad.md", "failed", False)]
+    assert "1 unchanged since they failed" in second.line()
+
+    os.utime(folder / "bad.md", ns=(1, 1))  # touched, the same bytes: read, not sent
+    third = run(folder, target, state)
+    assert target.tries == [] and third.failed_unchanged == 1 and third.hashed == 1
+    assert run(folder, target, state).hashed == 0  # the new stamp was kept
+
+    (folder / "bad.md").write_text("does not convert, second version")
+    fourth = run(folder, target, state)
+    assert target.tries == ["bad.md"] and fourth.failed_unchanged == 0 and len(fourth.failed) == 1
+
+    target.fail_on.clear()  # fixed, and changed again: indexed
+    (folder / "bad.md").write_text("converts now")
+    fifth = run(folder, target, state)
+    assert fifth.added == 1 and fifth.failed == [] and ("default", "bad.md") in target.docs
+    assert "failure" not in state.load()["bad.md"]
+
+
+def test_a_changed_file_that_fails_keeps_its_document_and_is_not_retried(setup):
+    folder, target, state = setup
+    run(folder, target, state)
+    indexed = target.docs[("default", "a.md")]
+    (folder / "a.md").write_text("alpha, a version that does not convert")
+    target.fail_on.add("a.md")
+    target.tries.clear()
+    run(folder, target, state)
+    second = run(folder, target, state)
+    assert target.tries == ["a.md"]  # the first of the two runs only
+    assert second.failed_unchanged == 1 and target.docs[("default", "a.md")] == indexed
+
+    (folder / "a.md").unlink()  # gone: the document this source wrote goes with it
+    third = run(folder, target, state)
+    assert third.removed == 1 and ("default", "a.md") not in target.docs and third.failed == []
+
+
+def test_a_failure_that_may_pass_is_tried_again_every_run(setup):
+    folder, target, state = setup
+    (folder / "later.md").write_text("the worker was away")
+    target.away_for.add("later.md")
+    run(folder, target, state)
+    second = run(folder, target, state)
+    assert target.tries.count("later.md") == 2 and second.failed_unchanged == 0
+    target.away_for.clear()
+    assert run(folder, target, state).added == 1

@@ -147,7 +147,7 @@ def test_folder_source_add_change_delete_between_two_runs(api, owner, roots):
     (folder / "beta.md").unlink()
     (folder / "specs" / "delta.md").write_bytes(note("delta"))
     second = sync_now(api, owner, index["id"], source["id"])
-    assert second["state"] == "done", second
+    assert second["state"] == "done", (second.get("error"), second.get("code"), second["files"])
     summary = api.get(f"/api/indexes/{index['id']}/sources/{source['id']}", headers=owner).json()[
         "last_summary"
     ]
@@ -178,6 +178,62 @@ def test_folder_source_add_change_delete_between_two_runs(api, owner, roots):
     assert api.delete(f"/api/indexes/{index['id']}", headers=owner).status_code == 204
     assert api.get(f"/api/indexes/{index['id']}/sources/{source['id']}", headers=owner).status_code == 404
     assert (folder / "alpha.md").read_bytes() == note("alpha revised")
+
+
+def refused_adds(worker) -> float:
+    """How many /add_document requests the worker has answered 415 (its own metrics)."""
+    text = httpx.get(f"{worker.url}/metrics", timeout=30).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("rag_worker_http_requests_total{")
+        and "add_document" in line
+        and 'status="415"' in line
+    )
+
+
+def test_a_file_the_worker_refused_is_not_sent_again_until_it_changes(api, owner, roots, stack):
+    worker, _ = stack
+    folder = roots / "allowed" / f"refused-{uuid.uuid4().hex[:6]}"
+    folder.mkdir()
+    (folder / "tool.exe").write_bytes(b"MZ\x90\x00 not a document")
+    (folder / "fine.md").write_bytes(note("fine"))
+    index = new_index(api, owner)
+    r = api.post(
+        f"/api/indexes/{index['id']}/sources", json={"kind": "folder", "path": str(folder)}, headers=owner
+    )
+    assert r.status_code == 201, r.text
+    source = r.json()
+    summary_url = f"/api/indexes/{index['id']}/sources/{source['id']}"
+
+    refused = refused_adds(worker)
+    first = sync_now(api, owner, index["id"], source["id"])
+    assert first["state"] == "done", first
+    [exe] = [f for f in first["files"] if f["filename"] == "tool.exe"]
+    assert exe["state"] == "failed" and exe["code"] == "unsupported_type" and exe["attempts"] == 1, exe
+    assert refused_adds(worker) == refused + 1
+
+    second = sync_now(api, owner, index["id"], source["id"])
+    assert second["state"] == "done", (second.get("error"), second.get("code"), second["files"])
+    [again] = second["files"]  # fine.md unchanged (counted), tool.exe failing still
+    assert (again["filename"], again["state"], again["code"], again["error"]) == (
+        "tool.exe",
+        "failed",
+        "unsupported_type",
+        exe["error"],
+    )
+    assert again["stage"] == "unchanged" and again["attempts"] == 0, again
+    assert refused_adds(worker) == refused + 1  # not sent to the worker again
+    summary = api.get(summary_url, headers=owner).json()["last_summary"]
+    assert (summary["unchanged"], summary["failed"], summary["failed_unchanged"]) == (1, 1, 1), summary
+    assert set(documents(api, owner, index["id"])) == {("default", "fine.md")}
+
+    (folder / "tool.exe").write_bytes(b"MZ\x90\x00 a new build, still not a document")
+    third = sync_now(api, owner, index["id"], source["id"])
+    [retried] = third["files"]
+    assert retried["filename"] == "tool.exe" and retried["attempts"] == 1 and retried["stage"] != "unchanged"
+    assert refused_adds(worker) == refused + 2  # changed: tried again
+    assert api.get(summary_url, headers=owner).json()["last_summary"]["failed_unchanged"] == 0
 
 
 def test_s3_source_with_write_only_credentials(api, owner, s3):
@@ -218,7 +274,7 @@ def test_s3_source_with_write_only_credentials(api, owner, s3):
     client.delete_object(Bucket=bucket, Key="docs/beta.md")
     client.put_object(Bucket=bucket, Key="docs/gamma.md", Body=note("gamma"))
     second = sync_now(api, owner, index["id"], source["id"])
-    assert second["state"] == "done", second
+    assert second["state"] == "done", (second.get("error"), second.get("code"), second["files"])
     docs = documents(api, owner, index["id"])
     assert set(docs) == {("default", "alpha.md"), ("default", "gamma.md"), ("default", "manual.md")}
     assert docs[("default", "alpha.md")]["document_id"] == sha(note("alpha revised"))

@@ -564,5 +564,10 @@ export default {
   "{name} uploaded": "{name} uploaded",
   "{name} was refused: {message}": "{name} was refused: {message}",
   "Waiting to be indexed…": "Waiting to be indexed…",
-  "The upload's progress was lost; reload to see it.": "The upload's progress was lost; reload to see it."
+  "The upload's progress was lost; reload to see it.": "The upload's progress was lost; reload to see it.",
+  "Cancel the upload of {name}": "Cancel the upload of {name}",
+  "Cancelling…": "Cancelling…",
+  "Cancelled": "Cancelled",
+  "The upload could not be cancelled: {message}": "The upload could not be cancelled: {message}",
+  "The upload of {name} was cancelled": "The upload of {name} was cancelled"
 };

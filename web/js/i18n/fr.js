@@ -564,5 +564,10 @@ export default {
   "{name} uploaded": "{name} envoyé",
   "{name} was refused: {message}": "{name} a été refusé : {message}",
   "Waiting to be indexed…": "En attente d’indexation…",
-  "The upload's progress was lost; reload to see it.": "La progression de l’envoi a été perdue ; rechargez pour la voir."
+  "The upload's progress was lost; reload to see it.": "La progression de l’envoi a été perdue ; rechargez pour la voir.",
+  "Cancel the upload of {name}": "Annuler l’envoi de {name}",
+  "Cancelling…": "Annulation…",
+  "Cancelled": "Annulé",
+  "The upload could not be cancelled: {message}": "L’envoi n’a pas pu être annulé : {message}",
+  "The upload of {name} was cancelled": "L’envoi de {name} a été annulé"
 };
