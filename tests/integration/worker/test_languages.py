@@ -112,12 +112,16 @@ def test_the_interface_language_decides_only_a_message_too_short_to_detect(worke
     en = CATALOGUE["en"]
     assert done["reply"] in (en["abstain"], en["ungrounded"]) and done["language"]["source"] == "guessed"
 
-    done = turn(worker, "Wie hoch ist der Eiffelturm in Paris?", "corpus", grounding="refuse", language="fr-FR")
+    done = turn(
+        worker, "Wie hoch ist der Eiffelturm in Paris?", "corpus", grounding="refuse", language="fr-FR"
+    )
     assert done["abstained"] is True and done["reply"] == CATALOGUE["de"]["ungrounded"], done["reply"]
     assert done["language"] == {"code": "de", "source": "detected"}
 
     for bad in ("xx", "fr_FR", "f", 5, "fr-" + "x" * 40):
-        r = httpx.post(worker.url + "/chat", json={"prompt": "merci ?", "index": "corpus", "options": {"language": bad}})
+        r = httpx.post(
+            worker.url + "/chat", json={"prompt": "merci ?", "index": "corpus", "options": {"language": bad}}
+        )
         assert r.status_code == 400 and r.json()["field"] == "options.language", (bad, r.text)
 
 
