@@ -47,7 +47,7 @@ MIN_LETTERS = 3  # "ok?" says nothing about a language
 # that of the second: "Wie hoch ist der Eiffelturm?" (de 0.34, sv 0.11) is; "merci" (it 0.17, es 0.16), "Danke"
 # (de 0.30, nl 0.29) and "Jean Dupont" (fr 0.19) are not, and the interface's language (a hint) decides them.
 MIN_CONFIDENCE = 0.25
-RATIO = 2.0
+RATIO = 1.3
 _LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
 _lock = threading.Lock()
 _detectors: dict[tuple[str, ...], object] = {}
