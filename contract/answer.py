@@ -128,6 +128,15 @@ class Step(Open):
     detail: dict[str, Any] | None = None
 
 
+class AnswerLanguage(Open):
+    code: str = Field(description="ISO 639-1: the language the answer and its fixed texts were asked in")
+    source: Literal["detected", "hinted", "guessed", "fallback"] = Field(
+        description="detected: the latest message's, surely; hinted: the message too short or unsure to tell, "
+        "the request's options.language (the interface's); guessed: unsure and no hint, the detector's best "
+        "guess; fallback: nothing to go on, English"
+    )
+
+
 class Answer(Open):
     """`POST /chat`'s answer, the `done` event of `/chat_stream`, and what the gateway stores per answer."""
 
@@ -161,4 +170,7 @@ class Answer(Open):
     )
     grounding: Grounding | None = Field(
         default=None, description="null: no sources (direct or sql route, or abstained)"
+    )
+    language: AnswerLanguage | None = Field(
+        default=None, description="the answer's language and why it was chosen; null from an older worker"
     )

@@ -12,3 +12,26 @@ INDEX_LANGUAGES = (
     "ar", "da", "de", "el", "en", "es", "fi", "fr", "hu", "it", "ja", "ko", "nl", "no", "pt", "ro", "ru", "sv",
     "ta", "tr", "zh",
 )  # fmt: skip
+
+# The languages a turn's `options.language` may name (ISO 639-1): those the worker's detection chooses among
+# (rag_worker/i18n.NAMES; tests/unit/test_i18n.py checks they agree). The hint is the interface's language: used
+# only when the latest message is too short or too unsure to detect ("ok?", "merci", a name).
+HINT_LANGUAGES = (
+    "ar", "cs", "da", "de", "el", "en", "es", "fi", "fr", "hu", "it", "ja", "ko", "nl", "pl", "pt", "ro", "ru",
+    "sv", "tr", "uk", "zh",
+)  # fmt: skip
+# A BCP-47 tag (fr, fr-CA, zh-Hant-TW) or an ISO 639-1 code; only its primary subtag is kept.
+LANGUAGE_TAG_PATTERN = r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*$"
+
+
+def language_hint(value: str) -> str:
+    """The ISO 639-1 code of a BCP-47 tag (`fr-CA` -> `fr`); a ValueError naming the problem for a malformed tag
+    or a language outside HINT_LANGUAGES."""
+    import re
+
+    if not isinstance(value, str) or len(value) > 35 or not re.fullmatch(LANGUAGE_TAG_PATTERN, value):
+        raise ValueError(f"{str(value)[:40]!r} is not a language tag (ISO 639-1 or BCP-47: fr, fr-CA)")
+    code = value.split("-", 1)[0].lower()
+    if code not in HINT_LANGUAGES:
+        raise ValueError(f"unknown language {code!r}; known: {', '.join(HINT_LANGUAGES)}")
+    return code

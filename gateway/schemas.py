@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from contract.languages import EMBEDDERS, INDEX_LANGUAGES
+from contract.languages import EMBEDDERS, INDEX_LANGUAGES, LANGUAGE_TAG_PATTERN, language_hint
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # For the OpenAPI document (gateway/openapi.py): rules the validators below enforce with friendlier messages.
@@ -142,6 +142,20 @@ class TurnOptions(BaseModel):
     answer_mode: Literal["auto", "extractive"] | None = None
     # Generation ends before the first of these (OpenAI's `stop`).
     stop: list[StopSequence] | None = Field(default=None, max_length=4)
+    # The interface's language (the web sends its locale with each turn): the answer's language only when the
+    # message is too short or unsure to detect (the worker's rag_worker/i18n.choose).
+    language: str | None = Field(
+        default=None,
+        max_length=35,
+        pattern=LANGUAGE_TAG_PATTERN,
+        description="the interface's language (fr, fr-CA): used only when the message's language is too short "
+        "or unsure to detect; a surely detected language wins",
+    )
+
+    @field_validator("language")
+    @classmethod
+    def _language(cls, value: str | None) -> str | None:
+        return None if value is None else language_hint(value)
 
     @field_validator("prompts")
     @classmethod

@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from contract.answer import Document, Message, Strict, whole_float
+from contract.languages import LANGUAGE_TAG_PATTERN, language_hint
 
 from .errors import BadRequest, PayloadTooLarge
 from .names import FILENAME_PATTERN, NAME_RE, name_problem
@@ -50,6 +51,20 @@ class Options(Strict):
     prompts: dict[str, str] | None = None
     grounding: Literal["flag", "extract", "refuse"] | None = None
     answer_mode: Literal["auto", "extractive"] | None = None
+    # The interface's language (ISO 639-1 or BCP-47; kept: its ISO 639-1 code): the answer's and the fixed texts'
+    # language when the latest message is too short or unsure to detect. A surely detected message still wins.
+    language: str | None = Field(
+        default=None,
+        max_length=35,
+        pattern=LANGUAGE_TAG_PATTERN,
+        description="the interface's language (fr, fr-CA): used only when the latest message's language is "
+        "too short or unsure to detect; a surely detected language wins",
+    )
+
+    @field_validator("language")
+    @classmethod
+    def _language(cls, value: str | None) -> str | None:
+        return None if value is None else language_hint(value)
 
 
 def option_defaults(settings: Settings) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import threading
 
 from .messages import CATALOGUE, FALLBACK, message
 
-__all__ = ["CATALOGUE", "FALLBACK", "NAMES", "detect", "message"]
+__all__ = ["CATALOGUE", "FALLBACK", "NAMES", "choose", "detect", "message"]
 
 # The languages detection chooses among (ISO 639-1), with their English names for the system prompt: those of
 # the full-text index (contract.languages) and a few more a user may write in.
@@ -43,6 +43,11 @@ NAMES = {
     "zh": "Chinese",
 }
 MIN_LETTERS = 3  # "ok?" says nothing about a language
+# A detection is sure when lingua's confidence in its first language is at least MIN_CONFIDENCE and RATIO times
+# that of the second: "Wie hoch ist der Eiffelturm?" (de 0.34, sv 0.11) is; "merci" (it 0.17, es 0.16), "Danke"
+# (de 0.30, nl 0.29) and "Jean Dupont" (fr 0.19) are not, and the interface's language (a hint) decides them.
+MIN_CONFIDENCE = 0.25
+RATIO = 1.3
 _LETTER = re.compile(r"[^\W\d_]", re.UNICODE)
 _lock = threading.Lock()
 _detectors: dict[tuple[str, ...], object] = {}
@@ -70,6 +75,26 @@ def detect(text: str | None, among: tuple[str, ...] | None = None) -> str | None
         return among[0] if among else None
     found = _build(among).detect_language_of(text[:2000])
     return found.iso_code_639_1.name.lower() if found is not None else None
+
+
+def choose(text: str | None, hint: str | None = None) -> tuple[str | None, str]:
+    """The language a turn answers in, and why: `detected` (the latest message's, surely), `hinted` (the message
+    too short or unsure to tell, the hint given: the interface's language), `guessed` (unsure, no hint: lingua's
+    best guess, as `detect` gives it) or `fallback` (nothing to go on: None, so English)."""
+    best, sure = None, False
+    if isinstance(text, str) and len(_LETTER.findall(text)) >= MIN_LETTERS:
+        values = _build(tuple(NAMES)).compute_language_confidence_values(text[:2000])
+        if values and values[0].value > 0:
+            best = values[0].language.iso_code_639_1.name.lower()
+            second = values[1].value if len(values) > 1 else 0.0
+            sure = values[0].value >= MIN_CONFIDENCE and values[0].value >= RATIO * second
+    if best is not None and sure:
+        return best, "detected"
+    if hint:
+        return hint, "hinted"
+    if best is not None:
+        return best, "guessed"
+    return None, "fallback"
 
 
 def language_name(code: str | None) -> str | None:

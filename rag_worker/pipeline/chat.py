@@ -13,7 +13,7 @@ from contract.answer import Answer
 
 from .. import metrics
 from ..errors import ApiError, NotFound
-from ..i18n import detect
+from ..i18n import FALLBACK, choose
 from ..llm import CancelToken
 from ..runtime import offload
 from ..schemas import ChatRequest, option_defaults
@@ -77,7 +77,9 @@ def prepare(services: Services, request: ChatRequest, cancel: CancelToken | None
     turn = Turn(services, request, options, services.llm.resolve(), cancel or CancelToken())
     if (tid := trace_id()) is not None:  # tracing on: the done event names the turn's trace
         turn.timings["trace_id"] = tid
-    turn.language = offload(detect, request.prompt)  # native code; its first call loads the models (seconds)
+    # Native code; its first call loads the models (seconds). The hint (the interface's language) decides only a
+    # message too short or unsure to detect.
+    turn.language, turn.language_source = offload(choose, request.prompt, request.options.language)
     if options.route != "direct" and request.indexes:
         # The indexes' one embedder (a 400 for indexes built with different ones): the turn's queries use it.
         turn.embedder = services.store.query_embedder(services.store.open_tables(request.indexes))
@@ -348,5 +350,6 @@ def _answer(turn: Turn, reply: str, src: Sources, cited: list[dict]) -> Answer:
         "llm_backend": turn.llm.backend.backend,
         "flags": turn.flags,
         "timings": turn.timings,
+        "language": {"code": turn.language or FALLBACK, "source": turn.language_source},
     }
     return Answer.model_validate(answer)

@@ -63,8 +63,10 @@ class Turn:
     # The embedder the turn's indexes were built with (chat.prepare sets it; None: the worker's default). The
     # query, the passages and the answer's sentences are all compared in its space.
     embedder: Any = None
-    # The latest message's language (ISO 639-1, rag_worker/i18n.detect; None: too short to tell).
+    # The answer's language (ISO 639-1, rag_worker/i18n.choose; None: nothing to go on, English) and why
+    # (detected, hinted, guessed, fallback).
     language: str | None = None
+    language_source: str = "fallback"
     # Stored vectors of the chunks this turn's search returned, {(index, chunk id): vector} (for provenance).
     chunk_vectors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     # How the turn ended, for the metrics (answered, abstained, stopped, failed), the route it took and the

@@ -147,3 +147,43 @@ def test_the_index_list_names_languages_in_french(page: Page):
         "anglais · MiniLM (anglais)"
     )
     expect(page.locator(".index-stats")).to_contain_text("0 document")
+
+
+def test_a_turn_carries_the_interface_language(page: Page, console):
+    """Each turn sends the interface's locale as `options.language`, so the worker answers "merci ?" (too short to
+    detect) in French. Only the gateway runs here: the request is what is checked, the turn itself then fails."""
+    import json
+
+    console.expected.extend(["status of 50", "Failed to load resource"])  # no worker behind this gateway
+    page.get_by_role("link", name="Nouvelle discussion").click()
+    box = page.get_by_placeholder("Posez une question sur vos documents…")
+    box.fill("merci ?")
+    with page.expect_request(lambda r: r.url.endswith("/messages/stream") and r.method == "POST") as sent:
+        box.press("Enter")
+    body = json.loads(sent.value.post_data)
+    assert body["message"] == "merci ?" and body["options"]["language"] == "fr", body
+    # The turn ends (failed: no worker) and the composer takes messages again.
+    expect(page.locator(".send-button:not(.stop)")).to_be_visible(timeout=90_000)
+
+
+def test_a_known_refusal_is_shown_in_french(browser, stack, console):
+    """The gateway's errors are English; a refusal with a known `code` (here `username_taken`) is shown from the
+    web's catalogue, in French, instead of the server's text."""
+    import httpx
+
+    taken = httpx.post(stack + "/api/auth/register", json={"username": "deja_pris", "password": PASSWORD})
+    assert taken.status_code == 201, taken.text
+    console.expected.append("status of 409")  # the refused registration's response, logged by Chromium
+    context = browser.new_context(base_url=stack, locale="fr-FR")
+    try:
+        page = context.new_page()
+        console.watch(page)
+        page.goto("/")
+        page.get_by_role("button", name="Créer un compte").click()
+        page.get_by_label("Nom d’utilisateur").fill("deja_pris")
+        page.get_by_label("Mot de passe").fill(PASSWORD)
+        page.get_by_role("button", name="Créer le compte").click()
+        expect(page.get_by_text("Ce nom d’utilisateur est déjà pris.")).to_be_visible()
+        expect(page.get_by_text("this username is taken")).to_have_count(0)
+    finally:
+        context.close()

@@ -6,7 +6,7 @@ import string
 
 import pytest
 
-from rag_worker.i18n import detect, message
+from rag_worker.i18n import NAMES, choose, detect, message
 from rag_worker.i18n.messages import CATALOGUE, FALLBACK
 from rag_worker.pipeline.prompts import DEFAULTS
 
@@ -40,3 +40,21 @@ def test_short_questions_are_detected():
     assert detect("How many vacation days do I get?") == "en"
     assert detect("휴가는 며칠입니까?") == "ko"
     assert detect("ok?") is None and detect("") is None and detect(None) is None
+
+
+def test_the_hint_languages_are_those_detection_chooses_among():
+    from contract.languages import HINT_LANGUAGES, language_hint
+
+    assert set(HINT_LANGUAGES) == set(NAMES)
+    assert language_hint("fr-CA") == "fr" and language_hint("DE") == "de"
+    for bad in ("xx", "fr_FR", "", "f"):
+        with pytest.raises(ValueError):
+            language_hint(bad)
+
+
+def test_the_hint_decides_only_what_detection_is_unsure_of():
+    assert choose("merci ?", "fr") == ("fr", "hinted")
+    assert choose("ok?", "fr") == ("fr", "hinted")
+    assert choose("Wie hoch ist der Eiffelturm in Paris?", "fr") == ("de", "detected")
+    assert choose("Combien de jours de congé ai-je ?", "en") == ("fr", "detected")
+    assert choose("ok?") == (None, "fallback")

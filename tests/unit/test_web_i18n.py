@@ -107,3 +107,18 @@ def test_the_create_form_offers_what_the_gateway_accepts():
     assert listed("INDEX_LANGUAGES") == list(INDEX_LANGUAGES)
     assert f'DEFAULT_EMBEDDER = "{DEFAULT_EMBEDDER}"' in text
     assert f'DEFAULT_INDEX_LANGUAGE = "{DEFAULT_INDEX_LANGUAGE}"' in text
+
+
+def test_the_error_codes_the_web_translates_are_ones_the_services_send():
+    """web/js/api.js's KNOWN_ERRORS: a code the gateway (or the worker, whose refusals it passes on) never sends
+    would be a translation no user can see, and a renamed code would silently fall back to the English text."""
+    api = (WEB / "js" / "api.js").read_text(encoding="utf-8")
+    block = api[api.index("const KNOWN_ERRORS = {") : api.index("\n};", api.index("const KNOWN_ERRORS = {"))]
+    codes = re.findall(r"^  (\w+): ", block, re.M)
+    assert len(codes) >= 10, block
+    root = WEB.parent
+    sent = "\n".join(
+        p.read_text(encoding="utf-8") for d in ("gateway", "rag_worker") for p in (root / d).rglob("*.py")
+    )
+    for code in codes:
+        assert re.search(rf"""code(?:: str)?\s*=\s*["']{code}["']""", sent), f"no service sends code {code!r}"

@@ -33,6 +33,34 @@ export function setUnauthorizedHandler(handler) {
   onUnauthorized = handler;
 }
 
+// The gateway's refusals a user commonly meets, by their stable `code`, in the interface's language (the
+// gateway's `error` text is English). Any other code, or a known one whose figure is missing, keeps the
+// server's text. tests/unit/test_web_i18n.py checks every code here is one the gateway (or the worker) sends.
+const KNOWN_ERRORS = {
+  bad_credentials: () => t("Wrong username or password, or the account is disabled."),
+  login_throttled: ({ retry }) => retry && t("Too many failed logins: try again in {seconds} s.", { seconds: retry }),
+  rate_limited: ({ retry }) => retry && t("Too many requests: try again in {seconds} s.", { seconds: retry }),
+  account_disabled: () => t("This account has been disabled by an administrator."),
+  token_expired: () => t("Your session has expired: sign in again."),
+  username_taken: () => t("This username is taken."),
+  registration_closed: () => t("Registration is closed on this server: ask an administrator."),
+  wrong_password: () => t("The current password is wrong."),
+  turn_in_progress: () => t("A reply is still being written in this chat: wait for it to finish, or stop it."),
+  too_many_turns: () => t("You already have as many replies being written as you may: wait for one to finish."),
+  too_many_uploads: () => t("You already have as many files being indexed as you may: wait for one to finish."),
+  turn_running: () => t("The answer is still being written; rate it once it has finished."),
+  empty_file: () => t("The file is empty."),
+  busy: () => t("The server is busy answering others: try again in a moment."),
+};
+
+/** The text to show for the gateway's error `body` (`{"error", "code"}`): a known code's in the interface's
+ * language, else the server's own message, else `fallback`. */
+export function errorText(body, fallback = "", retryAfter = null) {
+  const retry = /^\d+$/.test(retryAfter ?? "") ? Number(retryAfter) : null;
+  const known = KNOWN_ERRORS[body?.code]?.({ retry });
+  return known || body?.error || fallback;
+}
+
 async function errorFrom(response) {
   let body = null;
   try {
@@ -40,7 +68,8 @@ async function errorFrom(response) {
   } catch {
     /* not JSON: a proxy page or an empty body */
   }
-  const message = body?.error || `${response.status} ${response.statusText || "error"}`.trim();
+  const fallback = `${response.status} ${response.statusText || "error"}`.trim();
+  const message = errorText(body, fallback, response.headers.get("Retry-After"));
   return new ApiError(response.status, message, body?.code || "", body?.field ?? null);
 }
 
@@ -292,7 +321,8 @@ export function uploadDocument(indexId, file, dataset, onProgress, onStage = () 
         return;
       }
       checkUnauthorized(xhr.status, hadSession);
-      const message = body?.error || `${xhr.status} ${xhr.statusText || "error"}`.trim();
+      const fallback = `${xhr.status} ${xhr.statusText || "error"}`.trim();
+      const message = errorText(body, fallback, xhr.getResponseHeader("Retry-After"));
       reject(new ApiError(xhr.status, message, body?.code || "", body?.field ?? null));
     });
     xhr.addEventListener("error", () =>

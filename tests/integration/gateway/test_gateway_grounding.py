@@ -74,3 +74,45 @@ def test_a_flagged_answer_is_stored_with_its_unsupported_sentences(api, user, ch
     answer = wait_idle(api, chat["id"], user)["messages"][-1]
     labels = [s["label"] for s in answer["details"]["grounding"]["sentences"]]
     assert labels and "supported" not in labels
+
+
+def test_the_interface_language_reaches_the_worker_for_a_message_too_short_to_detect(api, user, chat, ollama):
+    """The web sends its locale as `options.language`: "merci ?" (too unsure to detect) is refused in French, the
+    answer says the hint decided; a clear English question in the French interface stays English."""
+    from rag_worker.i18n.messages import CATALOGUE
+
+    def responder(model, messages, body):
+        asks_yes_no = any("answer yes or no" in str(m.get("content") or "").lower() for m in messages)
+        return (
+            INVENTED
+            if model.startswith("qwen3:8b") and not asks_yes_no
+            else default_responder(model, messages, body)
+        )
+
+    ollama.responder = responder
+    fr, en = CATALOGUE["fr"], CATALOGUE["en"]
+    events = stream_turn(
+        api, chat["id"], user, message="merci ?", options={"grounding": "refuse", "language": "fr"}
+    )
+    done = dict(events)["done"]
+    assert done["reply"] in (fr["abstain"], fr["ungrounded"]), done["reply"]
+    assert done["language"] == {"code": "fr", "source": "hinted"}
+    wait_idle(api, chat["id"], user)
+    events = stream_turn(
+        api,
+        chat["id"],
+        user,
+        message="What do ducks eat in the winter?",
+        options={"grounding": "refuse", "language": "fr-FR"},
+    )
+    done = dict(events)["done"]
+    assert done["reply"] in (en["abstain"], en["ungrounded"]), done["reply"]
+    assert done["language"] == {"code": "en", "source": "detected"}
+    wait_idle(api, chat["id"], user)
+    for bad in ("klingon", "xx", 7):
+        r = api.post(
+            f"/api/chats/{chat['id']}/messages/stream",
+            json={"message": "merci ?", "options": {"language": bad}},
+            headers=user,
+        )
+        assert r.status_code == 400 and r.json()["field"] == "options.language", (bad, r.text)

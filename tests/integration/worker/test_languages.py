@@ -99,6 +99,32 @@ def test_the_latest_message_picks_the_language_and_english_is_the_fallback(worke
     assert done["abstained"] is True and done["reply"] in (en["abstain"], en["ungrounded"])
 
 
+def test_the_interface_language_decides_only_a_message_too_short_to_detect(worker, fake_ollama):
+    """`options.language` (the interface's language): "merci ?" (lingua's guess: Italian, unsure) is answered with
+    the French fixed texts; a clear German question in the French interface stays German; a bad tag is a 400."""
+    fake_ollama.responder = obeying("Der Eiffelturm wurde aus Schokolade gebaut und schwimmt im Meer [S1].")
+    done = turn(worker, "merci ?", "corpus", grounding="refuse", language="fr")
+    fr = CATALOGUE["fr"]
+    assert done["abstained"] is True and done["reply"] in (fr["abstain"], fr["ungrounded"]), done["reply"]
+    assert done["language"] == {"code": "fr", "source": "hinted"}
+    # Without the hint the same message gets the English texts (no catalogue for the guessed language).
+    done = turn(worker, "merci ?", "corpus", grounding="refuse")
+    en = CATALOGUE["en"]
+    assert done["reply"] in (en["abstain"], en["ungrounded"]) and done["language"]["source"] == "guessed"
+
+    done = turn(
+        worker, "Wie hoch ist der Eiffelturm in Paris?", "corpus", grounding="refuse", language="fr-FR"
+    )
+    assert done["abstained"] is True and done["reply"] == CATALOGUE["de"]["ungrounded"], done["reply"]
+    assert done["language"] == {"code": "de", "source": "detected"}
+
+    for bad in ("xx", "fr_FR", "f", 5, "fr-" + "x" * 40):
+        r = httpx.post(
+            worker.url + "/chat", json={"prompt": "merci ?", "index": "corpus", "options": {"language": bad}}
+        )
+        assert r.status_code == 400 and r.json()["field"] == "options.language", (bad, r.text)
+
+
 def test_bad_index_creations_are_4xx_json(worker):
     for body, status, field in [
         ({"embedder": "bge-m3"}, 400, "embedder"),

@@ -569,5 +569,19 @@ export default {
   "Cancelling…": "Cancelling…",
   "Cancelled": "Cancelled",
   "The upload could not be cancelled: {message}": "The upload could not be cancelled: {message}",
-  "The upload of {name} was cancelled": "The upload of {name} was cancelled"
+  "The upload of {name} was cancelled": "The upload of {name} was cancelled",
+  "Wrong username or password, or the account is disabled.": "Wrong username or password, or the account is disabled.",
+  "Too many failed logins: try again in {seconds} s.": "Too many failed logins: try again in {seconds} s.",
+  "Too many requests: try again in {seconds} s.": "Too many requests: try again in {seconds} s.",
+  "This account has been disabled by an administrator.": "This account has been disabled by an administrator.",
+  "Your session has expired: sign in again.": "Your session has expired: sign in again.",
+  "This username is taken.": "This username is taken.",
+  "Registration is closed on this server: ask an administrator.": "Registration is closed on this server: ask an administrator.",
+  "The current password is wrong.": "The current password is wrong.",
+  "A reply is still being written in this chat: wait for it to finish, or stop it.": "A reply is still being written in this chat: wait for it to finish, or stop it.",
+  "You already have as many replies being written as you may: wait for one to finish.": "You already have as many replies being written as you may: wait for one to finish.",
+  "You already have as many files being indexed as you may: wait for one to finish.": "You already have as many files being indexed as you may: wait for one to finish.",
+  "The answer is still being written; rate it once it has finished.": "The answer is still being written; rate it once it has finished.",
+  "The file is empty.": "The file is empty.",
+  "The server is busy answering others: try again in a moment.": "The server is busy answering others: try again in a moment."
 };

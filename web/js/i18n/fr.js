@@ -569,5 +569,19 @@ export default {
   "Cancelling…": "Annulation…",
   "Cancelled": "Annulé",
   "The upload could not be cancelled: {message}": "L’envoi n’a pas pu être annulé : {message}",
-  "The upload of {name} was cancelled": "L’envoi de {name} a été annulé"
+  "The upload of {name} was cancelled": "L’envoi de {name} a été annulé",
+  "Wrong username or password, or the account is disabled.": "Nom d’utilisateur ou mot de passe incorrect, ou compte désactivé.",
+  "Too many failed logins: try again in {seconds} s.": "Trop de connexions échouées : réessayez dans {seconds} s.",
+  "Too many requests: try again in {seconds} s.": "Trop de requêtes : réessayez dans {seconds} s.",
+  "This account has been disabled by an administrator.": "Ce compte a été désactivé par un administrateur.",
+  "Your session has expired: sign in again.": "Votre session a expiré : reconnectez-vous.",
+  "This username is taken.": "Ce nom d’utilisateur est déjà pris.",
+  "Registration is closed on this server: ask an administrator.": "Les inscriptions sont fermées sur ce serveur : demandez à un administrateur.",
+  "The current password is wrong.": "Le mot de passe actuel est incorrect.",
+  "A reply is still being written in this chat: wait for it to finish, or stop it.": "Une réponse est encore en cours de rédaction dans cette conversation : attendez qu’elle se termine, ou arrêtez-la.",
+  "You already have as many replies being written as you may: wait for one to finish.": "Vous avez déjà autant de réponses en cours de rédaction que permis : attendez qu’une se termine.",
+  "You already have as many files being indexed as you may: wait for one to finish.": "Vous avez déjà autant de fichiers en cours d’indexation que permis : attendez qu’un se termine.",
+  "The answer is still being written; rate it once it has finished.": "La réponse est encore en cours de rédaction ; notez-la une fois terminée.",
+  "The file is empty.": "Le fichier est vide.",
+  "The server is busy answering others: try again in a moment.": "Le serveur est occupé à répondre à d’autres : réessayez dans un instant."
 };

@@ -10,7 +10,7 @@ import { pickScope, scopeLabel } from "./scope.js";
 import { attachFeedback } from "./feedback.js";
 import { SourceViewer } from "./source_viewer.js";
 import { AssistantMessage, renderUserMessage } from "./turn.js";
-import { t } from "../i18n.js";
+import { currentLocale, t } from "../i18n.js";
 
 export class ChatView {
   constructor(shell, id) {
@@ -342,7 +342,9 @@ export class ChatView {
     const turn = new AssistantMessage({ chatId: this.id });
     this.messages.append(turn.element);
     this.scrollToEnd(true);
-    const body = { message: text };
+    // The interface's language: the answer's (and its fixed texts') only when the message is too short or unsure
+    // to detect ("merci ?"); a question clearly in another language is answered in that one.
+    const body = { message: text, options: { language: currentLocale() } };
     if (this.forceRag.checked) body.force_rag = true;
     await this.followTurn(turn, (signal) => api.streamTurn(this.id, body, signal));
   }

@@ -1,6 +1,7 @@
 // One assistant message: the live step list, the document cards, the growing markdown answer, and its
 // end state (done, stopped, interrupted, failed). Used both for a live turn and for a stored one.
 
+import { errorText } from "../api.js";
 import { announce, formatSeconds, h, icon } from "../dom.js";
 import { groundingBadge, groundingBanner, markUnsupported } from "../grounding.js";
 import { linkCitations, renderMarkdown, snippet } from "../markdown.js";
@@ -183,7 +184,7 @@ export class AssistantMessage {
 
   /** The worker reported an error: keep what arrived, say what went wrong. */
   fail(error, { quiet = false } = {}) {
-    const message = error?.error || t("The answer could not be completed.");
+    const message = errorText(error, t("The answer could not be completed."));
     this.state = this.text ? "interrupted" : "failed";
     this.endSteps(null);
     this.renderAnswer();
