@@ -20,8 +20,14 @@ HINT_LANGUAGES = (
     "ar", "cs", "da", "de", "el", "en", "es", "fi", "fr", "hu", "it", "ja", "ko", "nl", "pl", "pt", "ro", "ru",
     "sv", "tr", "uk", "zh",
 )  # fmt: skip
-# A BCP-47 tag (fr, fr-CA, zh-Hant-TW) or an ISO 639-1 code; only its primary subtag is kept.
-LANGUAGE_TAG_PATTERN = r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*$"
+# A BCP-47 tag (fr, fr-CA, zh-Hant-TW) or an ISO 639-1 code; only its primary subtag is kept. The pattern names
+# the known primary subtags (either case: JSON Schema's regexes have no flags), so that what the OpenAPI
+# documents call valid is what the services accept.
+LANGUAGE_TAG_PATTERN = (
+    "^(?:"
+    + "|".join("".join(f"[{ch}{ch.upper()}]" for ch in code) for code in HINT_LANGUAGES)
+    + ")(-[A-Za-z0-9]{1,8})*$"
+)
 
 
 def language_hint(value: str) -> str:
@@ -29,7 +35,11 @@ def language_hint(value: str) -> str:
     or a language outside HINT_LANGUAGES."""
     import re
 
-    if not isinstance(value, str) or len(value) > 35 or not re.fullmatch(LANGUAGE_TAG_PATTERN, value):
+    if (
+        not isinstance(value, str)
+        or len(value) > 35
+        or not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", value)
+    ):
         raise ValueError(f"{str(value)[:40]!r} is not a language tag (ISO 639-1 or BCP-47: fr, fr-CA)")
     code = value.split("-", 1)[0].lower()
     if code not in HINT_LANGUAGES:

@@ -152,7 +152,7 @@ class TurnOptions(BaseModel):
         "or unsure to detect; a surely detected language wins",
     )
 
-    @field_validator("language")
+    @field_validator("language", mode="before")
     @classmethod
     def _language(cls, value: str | None) -> str | None:
         return None if value is None else language_hint(value)

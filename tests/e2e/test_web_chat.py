@@ -500,7 +500,7 @@ def test_change_password_then_sign_out_ends_the_session(browser, stack, page: Pa
     page.get_by_label("Repeat new password").fill("a brand new passphrase")
     console.expected.append("status of 403")  # a wrong current password: the caller did not prove who it is
     page.get_by_role("button", name="Change password").click()
-    expect(page.locator(".password-form .save-status")).to_have_text("the current password is wrong")
+    expect(page.locator(".password-form .save-status")).to_have_text("The current password is wrong.")
     page.get_by_label("Current password").fill(PASSWORD)
     page.get_by_role("button", name="Change password").click()
     expect(page.locator(".password-form .save-status")).to_have_text(
@@ -556,5 +556,5 @@ def test_an_admin_disables_an_account_in_settings(browser, stack, page: Page, co
     bob.get_by_label("Username").fill("bob")
     bob.get_by_label("Password").fill("bobs own passphrase")
     bob.get_by_role("button", name="Sign in").click()
-    expect(bob.locator(".form-error")).to_have_text("wrong username or password, or the account is disabled")
+    expect(bob.locator(".form-error")).to_have_text("Wrong username or password, or the account is disabled.")
     other.close()
