@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from .access import INT32_MAX
-from .context import admin_user, ctx, in_thread
+from .context import admin_user, ctx, in_thread, query_int
 from .db import AuditEvent, User, iso, utcnow
 from .errors import BadRequest
 from .responses import AuditOut, AuditPage
@@ -78,19 +78,6 @@ FILTER = {"type": "string", "maxLength": 128, "pattern": "^[^\\u0000]*$"}  # a N
 FILTERS = ("action", "actor_id", "object_type", "object_id", "since", "until", "before", "limit")
 
 
-def _int(params, name: str, low: int, high: int) -> int | None:
-    raw = params.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be a whole number", code="invalid", field=name) from None
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be between {low} and {high}", code="invalid", field=name)
-    return value
-
-
 def _time(params, name: str) -> datetime | None:
     raw = params.get(name)
     if raw is None:
@@ -107,9 +94,9 @@ async def list_audit(request: Request) -> JSONResponse:
     `group.`), actor, object and time; paged by `before` (an event id) and `limit`."""
     await admin_user(request)
     c, params = ctx(request), request.query_params
-    limit = _int(params, "limit", 1, MAX_PAGE) or 50
-    before = _int(params, "before", 1, MAX_ID)
-    actor_id = _int(params, "actor_id", 1, MAX_ID)
+    limit = query_int(params, "limit", 1, MAX_PAGE) or 50
+    before = query_int(params, "before", 1, MAX_ID)
+    actor_id = query_int(params, "actor_id", 1, MAX_ID)
     since, until = _time(params, "since"), _time(params, "until")
     action, object_type, object_id = (params.get(k) for k in ("action", "object_type", "object_id"))
     for name, value in (("action", action), ("object_type", object_type), ("object_id", object_id)):

@@ -142,6 +142,20 @@ async def read_json(request: Request, model: type[M]) -> M:
     return model.model_validate(data)
 
 
+def query_int(params, name: str, low: int, high: int) -> int | None:
+    """An optional whole-number query parameter within [low, high]; a 400 naming it otherwise."""
+    raw = params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number", code="invalid", field=name) from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}", code="invalid", field=name)
+    return value
+
+
 def path_id(request: Request, name: str = "id") -> int:
     """The {name:int} path parameter; one past the database's integers is a 404 (it names no row)."""
     value = int(request.path_params[name])

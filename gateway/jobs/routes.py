@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..access import EDITOR, INT32_MAX, READER, readable_indexes, require_index
-from ..context import ctx, current_user, in_thread, path_id
+from ..context import ctx, current_user, in_thread, path_id, query_int
 from ..db import Job
 from ..errors import BadRequest, NotFound
 from ..routing import ApiRoute, Operation, event_stream
@@ -30,24 +30,11 @@ CANCEL_WAIT_S = 10.0  # how long POST /cancel waits for a running job's owner to
 STATES = ("queued", "running", "done", "failed", "cancelled")
 
 
-def _int(params, name: str, low: int, high: int) -> int | None:
-    raw = params.get(name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be a whole number", code="invalid", field=name) from None
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be between {low} and {high}", code="invalid", field=name)
-    return value
-
-
 async def list_jobs(request: Request) -> Response:
     """Jobs, newest first: of `index` (one the user may read; else 404), or of every index they may read."""
     user, c, params = await current_user(request), ctx(request), request.query_params
-    index_id = _int(params, "index", 1, MAX_ID)
-    limit = _int(params, "limit", 1, MAX_PAGE) or 50
+    index_id = query_int(params, "index", 1, MAX_ID)
+    limit = query_int(params, "limit", 1, MAX_PAGE) or 50
     state = params.get("state")
     if state is not None and state not in STATES:
         raise BadRequest(f"state must be one of {', '.join(STATES)}", code="invalid", field="state")
