@@ -101,15 +101,14 @@ async def follow_build(c: Context, job_id: int, q=None) -> AsyncIterator[str]:
                     "job": job_id,
                 },
             )
-        if data["state"] in store.FINISHED:
-            if data["state"] == "done":
-                index = await in_thread(index_row, c, data["index_id"])
-                counts = {"documents": index.document_count, "chunks": index.chunk_count} if index else {}
-                yield frame("done", {**counts, "job": job_id})
-            else:
-                error = data["error"] or f"the build was {data['state']}"
-                yield frame("error", {"error": error, "code": data["code"] or "build_failed", "job": job_id})
-            return
+    if view is not None and view["state"] in store.FINISHED:  # the stream's end: how the build ended
+        if view["state"] == "done":
+            index = await in_thread(index_row, c, view["index_id"])
+            counts = {"documents": index.document_count, "chunks": index.chunk_count} if index else {}
+            yield frame("done", {**counts, "job": job_id})
+        else:
+            error = view["error"] or f"the build was {view['state']}"
+            yield frame("error", {"error": error, "code": view["code"] or "build_failed", "job": job_id})
 
 
 def index_row(c: Context, index_id: int) -> Index | None:

@@ -196,7 +196,7 @@ def uploaded_json(c: Context, file: JobFile) -> dict:
 async def follow_upload(c: Context, job_id: int, q) -> AsyncIterator[str]:
     """The upload's job as the stream of before: `queued` (the job, so a client can follow it elsewhere later),
     `progress` (the worker's event) per stage, then `done` (the document) or `error`."""
-    first = True
+    view = None
     async for event, data in follow(c, job_id, lambda: job_view(c, job_id), c.settings.keepalive_s, q):
         if event == "keepalive":
             yield KEEPALIVE
@@ -206,17 +206,15 @@ async def follow_upload(c: Context, job_id: int, q) -> AsyncIterator[str]:
                 data["progress"]
                 or {"file": data["filename"], "dataset": data["dataset"], "stage": data["stage"]},
             )
-        elif first:
-            first = False
-            yield frame("queued", data)
-        if event == "job" and data["state"] in FINISHED:
-            try:
-                yield frame(
-                    "done", await in_thread(uploaded_or_raise, c, await in_thread(job_rows, c, job_id))
-                )
-            except ApiError as exc:
-                yield frame("error", exc.to_dict())
-            return
+        elif event == "job":
+            if view is None:
+                yield frame("queued", data)
+            view = data
+    if view is not None and view["state"] in FINISHED:  # the stream's end: what became of the file
+        try:
+            yield frame("done", await in_thread(uploaded_or_raise, c, await in_thread(job_rows, c, job_id)))
+        except ApiError as exc:
+            yield frame("error", exc.to_dict())
 
 
 def relayed(body: AsyncIterator[str], *on_end: Callable[[], object]) -> RelayedResponse:

@@ -24,12 +24,19 @@ async def follow(
 ) -> AsyncIterator[tuple[str, dict | None]]:
     """Yields ("job", view) first and on every change, ("progress", {position, filename, dataset, stage,
     progress}) per stage, ("keepalive", None) after `keepalive_s` of silence; ends after the job's view in a
-    finished state. `load()` (run in a thread) reads the view, raising NotFound when the job is gone. `q`: the
+    finished state (or, when the first view shows it finished already, after the progress events
+    queued before that: consumers take the last view they saw as the end). `load()` (run in a thread) reads the view, raising NotFound when the job is gone. `q`: the
     queue of `c.jobs.listen(job_id)` when the caller listened already (before the job could start)."""
     q = q or c.jobs.listen(job_id)
     try:
         view = await in_thread(load)
         yield "job", view
+        if view["state"] in store.FINISHED:
+            # It ended before this first look (a small file is indexed within a poll): the stages it ran on this
+            # replica, queued since the caller listened, still follow, then the stream ends.
+            while not q.empty():
+                yield "progress", q.get_nowait()
+            return
         seen = {f["position"]: f["stage"] for f in view.get("files") or []}
         local = False
         polled = quiet = time.monotonic()

@@ -344,6 +344,8 @@ class LocalBackend:
             think = ThinkFilter()
             while True:
                 while pieces:
+                    if cancel is not None and cancel.cancelled:
+                        return  # what the generating thread queued after the cancel is not the caller's any more
                     text = think.feed(pieces.popleft())
                     if text:
                         yield text

@@ -218,3 +218,33 @@ def test_a_resumed_job_skips_committed_files_retries_broken_ones_and_bounds_the_
     assert (rows["plain.md"].document_id, rows["plain.md"].chunks) == ("id-plain.md", 8)
     assert (end.state, end.total, end.done, end.failed, end.attempts) == ("done", 5, 3, 2, 2)
     assert end.owner is None and end.finished_at is not None
+
+
+def test_a_follower_that_first_looks_after_the_job_ended_still_gets_every_stage_it_listened_for(ctx):
+    """An upload's stream listens before the job can start, then looks: a small file can be indexed by then.
+    The stages this replica ran still reach the follower (the upload stream showed none: CI, Postgres)."""
+    from gateway.jobs.follow import follow
+
+    TRIES.clear()
+    j = queue_job(ctx, "counting", 1, 1, {}, [{"filename": "a.md"}, {"filename": "b.md"}])
+
+    async def scenario() -> list[tuple[str, object]]:
+        q = ctx.jobs.listen(j.id)
+        ctx.jobs.start()
+        try:
+            await until_ended(ctx, j.id)
+        finally:
+            await ctx.jobs.stop()
+
+        def load() -> dict:
+            row = job(ctx, j.id)
+            return {"state": row.state, "files": []}
+
+        return [(event, data) async for event, data in follow(ctx, j.id, load, None, q)]
+
+    seen = asyncio.run(scenario())
+    assert seen[0] == ("job", {"state": "done", "files": []})
+    assert [(d["filename"], d["stage"]) for e, d in seen if e == "progress"] == [
+        ("a.md", "working"),
+        ("b.md", "working"),
+    ]
