@@ -76,3 +76,39 @@ def pytest_collection_modifyitems(session, config, items):
         return (2 if unit in item.path.parents else 1), 0.0
 
     items.sort(key=rank)  # stable: the order within a file is kept
+
+
+class _CpuLog:
+    """TEST_CPU_LOG=path: each test file's CPU seconds (this process, then the servers it started and reaped) and
+    wall seconds, appended as a line when the file's last teardown ends: where the suite's minutes go."""
+
+    def __init__(self, path: str):
+        self.path, self.start = path, {}
+
+    @staticmethod
+    def usage() -> tuple[float, float, float]:
+        import resource
+        import time
+
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime, time.monotonic()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        self.start.setdefault(item.path, self.usage())
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        if nextitem is not None and nextitem.path == item.path:
+            return
+        start = self.start.pop(item.path, None)
+        if start is None:
+            return
+        end = self.usage()
+        with open(self.path, "a", encoding="utf-8") as log:
+            log.write("\t".join(f"{e - s:.1f}" for e, s in zip(end, start, strict=True)) + f"\t{item.path}\n")
+
+
+def pytest_configure(config):
+    if os.environ.get("TEST_CPU_LOG"):
+        config.pluginmanager.register(_CpuLog(os.environ["TEST_CPU_LOG"]), "cpu-log")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -53,15 +54,28 @@ def documents(client: httpx.Client, index: str = "default") -> dict[tuple[str, s
     return {(d["dataset"], d["filename"]): d for d in resp.json()}
 
 
+@functools.cache
+def reader_embedder():
+    """The packaged embedder, loaded once per test process: a reader opened per poll or per test would load the
+    model (two tokenizers and the weights, a CPU-second or more) every time."""
+    from rag_worker.embeddings import Embedder
+    from rag_worker.settings import packaged_embedding_model
+
+    return Embedder(packaged_embedding_model(), torch_threads=1)
+
+
+def open_store(lancedb_dir: Path):
+    """The worker's LanceDB store at `lancedb_dir`, opened from the test process with the shared embedder."""
+    from rag_worker.store import Store
+
+    return Store(Path(lancedb_dir), reader_embedder())
+
+
 class StoreReader:
     """The worker's LanceDB store opened from the test process (a second reader, as the CLI would be)."""
 
     def __init__(self, tmp: Path):
-        from rag_worker.embeddings import Embedder
-        from rag_worker.settings import packaged_embedding_model
-        from rag_worker.store import Store
-
-        self.store = Store(tmp / "index_store" / "lancedb", Embedder(packaged_embedding_model()))
+        self.store = open_store(tmp / "index_store" / "lancedb")
 
     def search(self, query: str, index: str = "default", mode: str = "fts", limit: int = 5):
         return self.store.search(index, query, mode=mode, limit=limit)

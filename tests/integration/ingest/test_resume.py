@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.ingest.helpers import open_store as open_lancedb
 from tests.servers import ROOT
 
 FILES = 40
@@ -58,23 +59,16 @@ def expected_chunks(env, folder: Path) -> dict[str, int]:
 
 
 def stored(env) -> dict[str, int]:
-    """{filename: chunks} as a reader in another process sees the index now."""
-    from rag_worker.embeddings import Embedder
-    from rag_worker.settings import packaged_embedding_model
-    from rag_worker.store import Store
-
-    store = Store(Path(env["INDEX_STORE"]) / "lancedb", Embedder(packaged_embedding_model(), torch_threads=1))
+    """{filename: chunks} as a reader in another process sees the index now (polled every 0.2 s: the reader's
+    embedder is loaded once, not per look)."""
+    store = open_store(env)
     if not store.exists("resume"):
         return {}
     return {d["filename"]: d["chunks"] for d in store.list_documents("resume")}
 
 
 def open_store(env):
-    from rag_worker.embeddings import Embedder
-    from rag_worker.settings import packaged_embedding_model
-    from rag_worker.store import Store
-
-    return Store(Path(env["INDEX_STORE"]) / "lancedb", Embedder(packaged_embedding_model(), torch_threads=1))
+    return open_lancedb(Path(env["INDEX_STORE"]) / "lancedb")
 
 
 def found_by_full_text(env, names: list[str]) -> set[str]:
