@@ -31,6 +31,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy import Index as SqlIndex
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
@@ -562,7 +563,7 @@ READ_ONLY = "gateway_read_only"  # the execution option of Database.read's sessi
 def make_engine(url: str) -> Engine:
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
-    path = url.split("///", 1)[-1]
+    path = make_url(url).database  # None for "sqlite://" (in memory), not a file named "sqlite:"
     if path and path != ":memory:":
         private_file(Path(path))
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})

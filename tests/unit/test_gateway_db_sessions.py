@@ -74,3 +74,15 @@ def test_a_turn_waiting_in_the_queue_has_one_step_to_save_not_one_per_position()
     rec.see(Frame(raw="", event="step", data={"step": "retrieving"}))
     rec.see(Frame(raw="", event="step", data={"step": "queued", "position": 1}))
     assert rec.step_changes == 3 and len(rec.steps) == 7
+
+
+def test_an_in_memory_database_leaves_no_file_behind(tmp_path, monkeypatch):
+    """`sqlite://` is an in-memory database: nothing named `sqlite:` appears where the process runs."""
+    from gateway.db import make_engine
+
+    monkeypatch.chdir(tmp_path)
+    engine = make_engine("sqlite://")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+    engine.dispose()
+    assert list(tmp_path.iterdir()) == []
