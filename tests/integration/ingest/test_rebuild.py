@@ -29,12 +29,11 @@ def embedder():
     return Embedder(packaged_embedding_model(), batch_size=2, max_length=256, torch_threads=1)
 
 
-@pytest.fixture
-def services(tmp_path, embedder) -> Iterator[Services]:
+def make_services(root: Path, embedder) -> Services:
     svc = Services(
         Settings(
-            INDEX_STORE=str(tmp_path / "store"),
-            UPLOADS_DIR=str(tmp_path / "uploads"),
+            INDEX_STORE=str(root / "store"),
+            UPLOADS_DIR=str(root / "uploads"),
             OVERVIEW_SUMMARIES="off",
             LLM_BACKEND="local",
             INGEST_BATCH_CHUNKS=8,  # several commits per folder: a rebuild has a "meanwhile"
@@ -43,8 +42,21 @@ def services(tmp_path, embedder) -> Iterator[Services]:
     svc.__dict__["embedder"] = (
         embedder  # the module's embedder: loading it per test is slow on a shared machine
     )
+    return svc
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory, embedder) -> Iterator[Services]:
+    """One store and one conversion child for the module (a child costs seconds of CPU to start); each test
+    works on an index of its own name."""
+    svc = make_services(tmp_path_factory.mktemp("rebuild"), embedder)
     yield svc
     svc.close()  # its conversion child (~450 MB) would otherwise live until a garbage collection
+
+
+def uploads_of(services: Services, index: str) -> Path:
+    """The index's folder of uploaded originals (what `POST /index` rebuilds from)."""
+    return services.settings.uploads_dir / index
 
 
 def write(folder: Path, rel: str, text: str) -> Path:
@@ -59,6 +71,11 @@ def run(services, index, folder, **kw) -> BatchDone:
     done = events[-1]
     assert isinstance(done, BatchDone), events
     return done
+
+
+def own_indexes(services, index: str) -> list[str]:
+    """The indexes the store lists that are `index` or named after it (a staged table must not be one)."""
+    return [i for i in services.store.indexes() if i.startswith(index)]
 
 
 def names(services, index) -> set[tuple[str, str]]:
@@ -91,14 +108,14 @@ def test_searches_answer_from_the_old_table_until_the_rebuild_is_complete(servic
     assert names(services, "docs") == before
     assert found(services, "docs", "marmalade") == {"guide.md"}
     assert found(services, "docs", "quince") == set()
-    assert services.store.indexes() == ["docs"]  # the table being built is no index of its own
+    assert own_indexes(services, "docs") == ["docs"]  # the table being built is no index of its own
 
     done = list(events)[-1]
     assert isinstance(done, BatchDone) and done.documents == 13 and not done.failed
     assert names(services, "docs") == before
     assert found(services, "docs", "quince") == {"guide.md"}
     assert found(services, "docs", "marmalade") == set()
-    assert services.store.indexes() == ["docs"]
+    assert own_indexes(services, "docs") == ["docs"]
 
 
 def test_a_rebuild_keeps_documents_whose_file_is_not_in_the_folder_unless_pruned(services, tmp_path):
@@ -106,7 +123,7 @@ def test_a_rebuild_keeps_documents_whose_file_is_not_in_the_folder_unless_pruned
     write(cli_folder, "docs/backup.md", "Back up the data with the pelican script every night.")
     write(cli_folder, "docs/restore.md", "Restore from the walrus archive.")
     assert run(services, "demo", cli_folder).documents == 2
-    uploads = tmp_path / "uploads" / "demo"
+    uploads = uploads_of(services, "demo")
     write(uploads, "docs/extra.md", "An uploaded note about the narwhal.")
 
     done = run(services, "demo", uploads, rebuild=True)
@@ -135,7 +152,7 @@ def test_a_file_that_fails_in_a_rebuild_keeps_its_indexed_rows(services, tmp_pat
 
 
 def test_a_dot_file_accepted_at_upload_is_indexed_by_a_rebuild(services, tmp_path):
-    folder = tmp_path / "uploads" / "dots"
+    folder = uploads_of(services, "dots")
     write(folder, "default/.notes.md", "Private notes about the okapi.")
     write(folder, "default/.DS_Store", "\x00\x01 finder junk")
     write(folder, "default/visible.md", "A visible file about the tapir.")
@@ -182,7 +199,7 @@ def test_a_crashed_rebuild_leaves_a_table_nobody_sees_and_the_next_rebuild_drops
             }
         ],
     )
-    assert services.store.indexes() == ["crash"]
+    assert own_indexes(services, "crash") == ["crash"]  # the leftover table is no index
     assert names(services, "crash") == {("default", "a.md")}
     assert found(services, "crash", "ibis") == set()
 
@@ -192,7 +209,7 @@ def test_a_crashed_rebuild_leaves_a_table_nobody_sees_and_the_next_rebuild_drops
 
 
 def test_uploads_and_deletes_made_during_a_rebuild_survive_the_swap(services, tmp_path):
-    folder = tmp_path / "uploads" / "live"
+    folder = uploads_of(services, "live")
     many_files(folder, 12)
     assert run(services, "live", folder).documents == 12
 
@@ -251,7 +268,7 @@ def test_a_rebuild_with_another_embedder_embeds_the_kept_documents_again(service
     with pytest.raises(ApiError) as err:
         services.store.search("foreign", "old text")
     assert err.value.code == "embedder_mismatch"
-    folder = tmp_path / "uploads" / "foreign"
+    folder = uploads_of(services, "foreign")
     write(folder, "default/new.md", "A new file about the quokka.")
 
     done = run(services, "foreign", folder, rebuild=True)
@@ -261,7 +278,9 @@ def test_a_rebuild_with_another_embedder_embeds_the_kept_documents_again(service
     assert hits[0].filename == "old.txt" and hits[0].vector_score > 0.9
 
 
-def test_closing_the_services_stops_their_conversion_child(services):
+def test_closing_the_services_stops_their_conversion_child(tmp_path, embedder):
+    services = make_services(tmp_path, embedder)
+    services.converter.convert(write(tmp_path, "a.md", "A note about the heron."))  # starts the child
     proc = services.converter.sandbox._proc
     assert proc is not None and proc.poll() is None
     services.close()  # what a test or a shutting-down process calls: the child must not linger
