@@ -61,6 +61,7 @@ def expand(turn: Turn, docs: list[dict]) -> int:
         ).items():
             for hit in hits:
                 texts[(index, document_id, dataset, filename, hit.chunk_index)] = hit.text
+                turn.context_chunks.add((index, hit.id))  # their stored sentence vectors serve the check
     added = 0
     for d in docs:
         if d["chunk_index"] is None:

@@ -1,0 +1,47 @@
+"""The passages' sentence vectors stored at ingestion (SENTENCE_VECTORS=ingest), given to the turn before a check.
+
+Ingestion embeds each chunk's passage sentences (`store.rows.sentence_columns`, the check's own splitting) and
+stores them with the chunk; here the turn reads them back for the chunks it read: the documents' own and the
+neighbours context expansion added. They are keyed by the sentence's text, so a vector only ever stands for the
+very text it was embedded from: a passage the generator read cut short, or a chunk written without them (a table
+made before them, SENTENCE_VECTORS=turn) has sentences found nowhere here, and `Turn.embed_texts` embeds those
+as before. Documents sent back by the client (a follow-up's `docs`) are looked up by their chunk id in the
+request's own indexes; the client never supplies a vector.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from ...errors import ApiError
+from ..turn import Turn
+
+log = logging.getLogger("rag_worker.pipeline")
+
+
+def load(turn: Turn, documents: list[dict]) -> int:
+    """Give `turn` the stored sentence vectors of the chunks it read; returns how many sentences it got. None
+    with SENTENCE_VECTORS=turn: the check embeds every passage sentence, as before them."""
+    if turn.settings.sentence_vectors != "ingest":
+        return 0
+    allowed = set(turn.request.indexes)
+    by_index: dict[str, list[str]] = defaultdict(list)
+    for d in documents:
+        if d.get("index") in allowed and isinstance(d.get("id"), str):
+            by_index[d["index"]].append(d["id"])
+    for index, chunk in sorted(turn.context_chunks):
+        if index in allowed:
+            by_index[index].append(chunk)
+    if not by_index:
+        return 0
+    store = turn.services.store
+    got = 0
+    for index, ids in by_index.items():
+        try:
+            if store.embedder_for(index) is not turn.space:  # another space: its vectors do not compare
+                continue
+            got += turn.know_vectors(store.sentence_vectors_of(index, ids))
+        except ApiError as exc:  # the index went away meanwhile: the check embeds what it needs
+            log.info("stored sentence vectors of %s not read: %s", index, exc)
+    return got
