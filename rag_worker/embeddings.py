@@ -122,6 +122,9 @@ class Embedder:
         self._cache_size = query_cache_size
         self._cache_lock = threading.Lock()  # held only around dict operations, never across a yield
         self._batcher = QueryBatcher(self._forward, query_batching, self.batch_size)
+        # The few sentences of an answer (a turn's only passage-side forward once the passages' vectors are stored,
+        # SENTENCE_VECTORS): batched across concurrent turns as their queries are.
+        self._text_batcher = QueryBatcher(self._forward, query_batching, self.batch_size)
         # Sentences the turns check answers against (passage sentences of the chunks they retrieve): the same
         # chunks come back turn after turn, and re-embedding their sentences was most of a RAG turn's CPU.
         self._texts: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -187,7 +190,8 @@ class Embedder:
                     out[i] = vec
         if missing:
             new = list(missing)
-            vectors = self.embed_documents(new)
+            few = len(new) <= self.batch_size
+            vectors = self._text_batcher.embed_many(new) if few else self.embed_documents(new)
             with self._cache_lock:
                 for text, vec in zip(new, vectors, strict=True):
                     out[missing[text]] = vec
@@ -225,6 +229,18 @@ class QueryBatcher:
         self._pending: list[tuple[str, object]] = []
         self._running = False
         self.batches = 0  # forward passes run, for benches and tests
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of a few texts (at most `max_batch`), in one pass with whatever concurrent turns queued."""
+        if not self.enabled or not _in_gevent_hub_thread():
+            return offload(self.forward, list(texts))
+        from gevent.event import AsyncResult
+
+        results = [AsyncResult() for _ in texts]
+        self._pending.extend(zip(texts, results, strict=True))
+        if not self._running:
+            self._drain()
+        return np.stack([r.get() for r in results])
 
     def embed(self, text: str) -> np.ndarray:
         if not self.enabled or not _in_gevent_hub_thread():
