@@ -190,8 +190,8 @@ class Embedder:
                     out[i] = vec
         if missing:
             new = list(missing)
-            few = len(new) <= self.batch_size
-            vectors = self._text_batcher.embed_many(new) if few else self.embed_documents(new)
+            shared = len(new) <= self.batch_size and self._text_batcher.active()
+            vectors = self._text_batcher.embed_many(new) if shared else self.embed_documents(new)
             with self._cache_lock:
                 for text, vec in zip(new, vectors, strict=True):
                     out[missing[text]] = vec
@@ -200,6 +200,24 @@ class Embedder:
                 while len(self._texts) > self._texts_size:
                     self._texts.popitem(last=False)
         return out
+
+    def cached_texts(self, texts: Sequence[str]) -> set[str]:
+        """Those of `texts` whose vectors the cross-turn cache holds (TEXT_CACHE_SIZE)."""
+        if not self._texts_size:
+            return set()
+        with self._cache_lock:
+            return {t for t in texts if t in self._texts}
+
+    def remember(self, vectors: dict[str, np.ndarray]) -> None:
+        """Put vectors of texts made elsewhere (stored at ingestion, by this embedder) in the cross-turn cache."""
+        if not self._texts_size:
+            return
+        with self._cache_lock:
+            for text, vec in vectors.items():
+                self._texts[text] = vec
+                self._texts.move_to_end(text)
+            while len(self._texts) > self._texts_size:
+                self._texts.popitem(last=False)
 
     def _forward(self, texts: list[str]) -> np.ndarray:
         torch = self._torch
@@ -229,6 +247,10 @@ class QueryBatcher:
         self._pending: list[tuple[str, object]] = []
         self._running = False
         self.batches = 0  # forward passes run, for benches and tests
+
+    def active(self) -> bool:
+        """Whether a call here would share passes (enabled, and in the gevent hub's thread)."""
+        return self.enabled and _in_gevent_hub_thread()
 
     def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of a few texts (at most `max_batch`), in one pass with whatever concurrent turns queued."""

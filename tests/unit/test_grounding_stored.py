@@ -209,3 +209,25 @@ def test_documents_sent_back_are_looked_up_by_id_in_the_requests_indexes_only(st
     verdicts(other, tampered, REPLIES["quote"])
     assert other.flags["stored_sentences"] == 0
     assert {p.text for p in passage_sentences("", tampered[0]["text"])} <= set(counting.texts)
+
+
+def test_vectors_read_once_serve_the_next_turns_from_the_embedders_cache(stores, embedder, monkeypatch):
+    """With TEXT_CACHE_SIZE on, the stored vectors a turn read go into the embedder's cross-turn cache: a later
+    turn over the same passages reads no table and embeds no passage sentence (a small index's case)."""
+    from collections import OrderedDict
+
+    store, _ = stores
+    monkeypatch.setattr(embedder, "_texts_size", 1000)
+    monkeypatch.setattr(embedder, "_texts", OrderedDict())
+    reply = REPLIES["quote"]
+    first = make_turn(store)
+    want = verdicts(first, documents(first, store), reply)
+    assert first.flags["stored_sentences"] > 0
+    counting = Counting(embedder, monkeypatch)
+    reads = []
+    monkeypatch.setattr(store, "sentence_vectors_of", lambda *a: reads.append(a) or {})
+    again = make_turn(store)
+    got = verdicts(again, documents(again, store), reply)
+    assert again.flags["stored_sentences"] == 0 and reads == []
+    assert counting.texts == []  # the answer's sentences too: the first turn embedded them
+    assert got == want

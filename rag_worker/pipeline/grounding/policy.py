@@ -63,7 +63,8 @@ class Grounder:
         """Before the first check or quote: the sentence vectors stored with the chunks read (once a turn)."""
         if not self._stored:
             self._stored = True
-            self.turn.flags["stored_sentences"] = load_stored(self.turn, self.documents)
+            read = [*self.passages().values(), *all_passages(self.documents).values()]
+            self.turn.flags["stored_sentences"] = load_stored(self.turn, self.documents, read)
 
     @property
     def extractive(self) -> bool:

@@ -16,14 +16,22 @@ from collections import defaultdict
 
 from ...errors import ApiError
 from ..turn import Turn
+from .sentences import passage_sentences
 
 log = logging.getLogger("rag_worker.pipeline")
 
 
-def load(turn: Turn, documents: list[dict]) -> int:
-    """Give `turn` the stored sentence vectors of the chunks it read; returns how many sentences it got. None
-    with SENTENCE_VECTORS=turn: the check embeds every passage sentence, as before them."""
+def load(turn: Turn, documents: list[dict], passages: list[str]) -> int:
+    """Give `turn` the stored sentence vectors of the chunks it read (`passages`: the texts the check and the
+    quotes read); returns how many sentences it got. None with SENTENCE_VECTORS=turn (the check embeds every
+    passage sentence, as before them), nor when the embedder's cross-turn cache holds them all already (a small
+    index's passages come back turn after turn: reading the table would cost more than the cache)."""
     if turn.settings.sentence_vectors != "ingest":
+        return 0
+    needed = {p.text for text in passages for p in passage_sentences("", text)}
+    needed -= turn._vectors.keys()
+    cached = getattr(turn.space, "cached_texts", None)
+    if not needed or (cached is not None and not needed - cached(needed)):
         return 0
     allowed = set(turn.request.indexes)
     by_index: dict[str, list[str]] = defaultdict(list)
@@ -41,7 +49,11 @@ def load(turn: Turn, documents: list[dict]) -> int:
         try:
             if store.embedder_for(index) is not turn.space:  # another space: its vectors do not compare
                 continue
-            got += turn.know_vectors(store.sentence_vectors_of(index, ids))
+            vectors = store.sentence_vectors_of(index, ids)
+            got += turn.know_vectors(vectors)
+            remember = getattr(turn.space, "remember", None)
+            if remember is not None:  # the next turns reading these chunks find them without a read
+                remember(vectors)
         except ApiError as exc:  # the index went away meanwhile: the check embeds what it needs
             log.info("stored sentence vectors of %s not read: %s", index, exc)
     return got
