@@ -72,6 +72,9 @@ class Turn:
     # The neighbouring chunks context expansion added, {(index, chunk id)}: the grounding check reads their
     # stored sentence vectors with the documents' own (grounding.stored).
     context_chunks: set[tuple[str, str]] = field(default_factory=set)
+    # The chunks whose stored sentence vectors this turn has read already, and how many sentences it got from them.
+    sentences_read: set[tuple[str, str]] = field(default_factory=set)
+    stored_sentences: int = 0
     # How the turn ended, for the metrics (answered, abstained, stopped, failed), the route it took and the
     # tokens it streamed; and the request's context for its logs and spans (rag_worker/telemetry.py).
     outcome: str = "stopped"

@@ -289,10 +289,11 @@ class Reader:
         return sorted(hits, key=lambda h: h.chunk_index)
 
     def neighbours_of(
-        self, index: str, wanted: dict[tuple[str, str, str], list[int]]
+        self, index: str, wanted: dict[tuple[str, str, str], list[int]], *, sentences: bool = False
     ) -> dict[tuple[str, str, str], list[Hit]]:
         """`neighbours` for several documents of one index in one scan: {(document_id, dataset, filename): chunk
-        indexes} -> {same key: hits in document order}."""
+        indexes} -> {same key: hits in document order}. With `sentences`, each hit carries the sentence vectors
+        stored with it (`Hit.sentence_vectors`; None from a table made before them)."""
         clauses, keys = [], {}
         for key, chunk_indexes in wanted.items():
             document_id, dataset, filename = key
@@ -309,10 +310,16 @@ class Reader:
         out: dict[tuple[str, str, str], list[Hit]] = {k: [] for k in keys.values()}
         if not clauses:
             return out
-        for row in offload(scan, table, " OR ".join(clauses), [*HIT_COLUMNS, "doc_key"]):
+        stored = sentences and self.catalog.marker_of(table).get("sentences")
+        columns = [*HIT_COLUMNS, "doc_key", *(SENTENCE_COLUMNS if stored else ())]
+        dim = self.embedder_for(index).dim if stored else 0
+        for row in offload(scan, table, " OR ".join(clauses), columns):
             key = keys.get((row["document_id"], row["doc_key"]))
             if key is not None:
-                out[key].append(to_hit(index, row))
+                hit = to_hit(index, row)
+                if stored:
+                    hit.sentence_vectors = decode_sentences(row[SENTENCES], row[SENTENCE_VECTORS], dim)
+                out[key].append(hit)
         for hits in out.values():
             hits.sort(key=lambda h: h.chunk_index)
         return out

@@ -79,12 +79,14 @@ class Hit:
     # and the fusion key rows by it and break exact ties by it, so that a hybrid search need read no column but
     # the scores until the fused top is known.
     row_id: int | None = field(default=None, repr=False, compare=False)
+    # {sentence: vector} stored with the chunk, when the read asked for them (`neighbours_of`); never serialised.
+    sentence_vectors: dict | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in UNSERIALISED}
 
 
-UNSERIALISED = ("vector", "row_id")
+UNSERIALISED = ("vector", "row_id", "sentence_vectors")
 
 
 def chunk_id(dataset: str, filename: str, document_id: str, chunk_index: int) -> str:

@@ -64,7 +64,8 @@ class Grounder:
         if not self._stored:
             self._stored = True
             read = [*self.passages().values(), *all_passages(self.documents).values()]
-            self.turn.flags["stored_sentences"] = load_stored(self.turn, self.documents, read)
+            self.turn.stored_sentences += load_stored(self.turn, self.documents, read)
+            self.turn.flags["stored_sentences"] = self.turn.stored_sentences
 
     @property
     def extractive(self) -> bool:

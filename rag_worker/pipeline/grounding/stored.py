@@ -41,6 +41,12 @@ def load(turn: Turn, documents: list[dict], passages: list[str]) -> int:
     for index, chunk in sorted(turn.context_chunks):
         if index in allowed:
             by_index[index].append(chunk)
+    # Context expansion's scan brought those of the documents it read (chat._retrieve); what is left is mostly
+    # a follow-up's documents sent back by the client.
+    by_index = {
+        index: [c for c in ids if (index, c) not in turn.sentences_read] for index, ids in by_index.items()
+    }
+    by_index = {index: ids for index, ids in by_index.items() if ids}
     if not by_index:
         return 0
     store = turn.services.store
@@ -50,6 +56,7 @@ def load(turn: Turn, documents: list[dict], passages: list[str]) -> int:
             if store.embedder_for(index) is not turn.space:  # another space: its vectors do not compare
                 continue
             vectors = store.sentence_vectors_of(index, ids)
+            turn.sentences_read.update((index, c) for c in ids)
             got += turn.know_vectors(vectors)
             remember = getattr(turn.space, "remember", None)
             if remember is not None:  # the next turns reading these chunks find them without a read
