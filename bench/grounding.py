@@ -183,6 +183,38 @@ def examples(cases, texts, tfidf, rng):
     return out
 
 
+# -- the passages' vectors as the worker stores them (SENTENCE_VECTORS=ingest) ----------------------------------------
+
+
+def passage_texts(exs, cases, texts, tfidf, extractive_cases: int | None) -> set[str]:
+    """Every passage sentence the run reads (the check's and the extractive answer's)."""
+    from rag_worker.pipeline.grounding.sentences import passage_sentences
+
+    out: set[str] = set()
+    for _, _, passages, _ in exs:
+        for ref, text in passages.items():
+            out.update(p.text for p in passage_sentences(ref, text))
+    for c in cases[:extractive_cases]:
+        for d in c["gold"] + tfidf.top(c["claim"], 4, set(c["gold"])):
+            out.update(p.text for p in passage_sentences("x", texts[d], prose_only=True))
+    return out
+
+
+def stored_turn(turn, passages: set[str]):
+    """A turn like `turn` whose passage sentences' vectors went through the store (float16 and back, exactly as
+    `store.rows.sentence_columns` writes and `decode_sentences` reads them); answer sentences stay as embedded."""
+    import copy
+
+    from rag_worker.store.rows import decode_sentences
+
+    other = copy.copy(turn)
+    other._vectors = dict(turn._vectors)
+    for text in passages & set(turn._vectors):
+        vec = np.asarray(turn._vectors[text], dtype=np.float16)
+        other._vectors[text] = decode_sentences([text], vec.tobytes(), vec.shape[0])[text]
+    return other
+
+
 # -- measuring ------------------------------------------------------------------------------------------------------
 
 
@@ -333,6 +365,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-limit", type=int, default=None, help="at most this many test claims")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--weight", type=float, default=None, help="calibration: fix the similarity weight")
+    parser.add_argument(
+        "--passages",
+        choices=("stored", "embedded", "both"),
+        default="both",
+        help="passage vectors as the store keeps them (float16, what SENTENCE_VECTORS=ingest ships), as a turn "
+        "embeds them (SENTENCE_VECTORS=turn), or both in the same run (the calibration is the stored one's)",
+    )
     args = parser.parse_args(argv)
     split = "train" if args.calibrate else args.split
     if not (SCIFACT / "corpus.jsonl").is_file():
@@ -361,7 +400,18 @@ def main(argv: list[str] | None = None) -> int:
         counts = Counter(e[0] for e in exs)
         print(f"SciFact train: {len(cases)} claims; examples {dict(counts)}", file=sys.stderr, flush=True)
         prefetch(turn, exs, cases, texts, tfidf, 0)
-        cal = calibrate(turn, exs, args.weight)
+        if args.passages != "embedded":
+            plain = calibrate(turn, exs, args.weight) if args.passages == "both" else None
+            cal = calibrate(stored_turn(turn, passage_texts(exs, cases, texts, tfidf, 0)), exs, args.weight)
+            if plain is not None:
+                print(
+                    "\nThe same calibration with the passages embedded at the turn (SENTENCE_VECTORS=turn): "
+                    f"GROUNDING_SIM_WEIGHT={plain['weight']} GROUNDED_ABOVE={plain['grounded_above']} "
+                    f"UNGROUNDED_BELOW={plain['ungrounded_below']}; with stored vectors (below): "
+                    f"{cal['weight']} / {cal['grounded_above']} / {cal['ungrounded_below']}"
+                )
+        else:
+            cal = calibrate(turn, exs, args.weight)
         print(f"\nCalibration on SciFact train, {len(cases)} claims, {dict(counts)}\n")
         print("| similarity weight | AUC supporting vs near miss | AUC supporting vs unrelated |")
         print("|---:|---:|---:|")
@@ -395,20 +445,30 @@ def main(argv: list[str] | None = None) -> int:
         runs = [(chosen, "the thresholds chosen on train")] if chosen else []
         if chosen != shipped:
             runs.append((shipped, "the thresholds shipped in rag_worker/settings.py"))
-        for (w, above, below), what in runs:
+        stored = stored_turn(turn, passage_texts(exs, cases, texts, tfidf, None))
+        variants = {
+            "stored": [(stored, "passage vectors stored at ingestion (float16)")],
+            "embedded": [(turn, "passages embedded at the turn")],
+            "both": [
+                (stored, "passage vectors stored at ingestion (float16)"),
+                (turn, "passages embedded at the turn"),
+            ],
+        }[args.passages]
+        runs = [(r, v) for r in runs for v in variants]
+        for ((w, above, below), what), (which, how) in runs:
             settings.grounding_sim_weight, settings.grounded_above, settings.ungrounded_below = (
                 w,
                 above,
                 below,
             )
             report_test(
-                turn,
+                which,
                 exs,
                 cases,
                 texts,
                 tfidf,
                 None,
-                f"SciFact test, {len(cases)} claims, with {what}: GROUNDING_SIM_WEIGHT={w} "
+                f"SciFact test, {len(cases)} claims, {how}, with {what}: GROUNDING_SIM_WEIGHT={w} "
                 f"GROUNDED_ABOVE={above} UNGROUNDED_BELOW={below}",
             )
     print(

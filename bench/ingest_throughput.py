@@ -11,6 +11,10 @@ times is the pipeline's overhead over the model.
 On a shared machine the load moves during a run, so the forward pass is timed twice, just before and just after
 the pipeline (`--forward-runs 2`, the default), and the pipeline is compared with their mean (both printed).
 The store (LanceDB's import), the converter and the model are loaded before any timing.
+
+`--sentence-vectors both` (the default) runs the pipeline twice, into two indexes of one store: first storing no
+sentence vectors (SENTENCE_VECTORS=turn, as before issue 31), then embedding and storing each chunk's passage
+sentences (SENTENCE_VECTORS=ingest, the default): both beside the same forward passes.
 """
 
 from __future__ import annotations
@@ -47,6 +51,12 @@ def main() -> None:
         choices=(1, 2),
         default=2,
         help="time the forward pass after the pipeline only (1) or before and after it (2)",
+    )
+    parser.add_argument(
+        "--sentence-vectors",
+        choices=("both", "ingest", "turn"),
+        default="both",
+        help="the pipeline with SENTENCE_VECTORS=turn, =ingest, or both one after the other (same run)",
     )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -87,14 +97,18 @@ def main() -> None:
 
         forward_s = [forward()] if args.forward_runs == 2 else []
 
-        started = time.perf_counter()
-        done = None
-        for event in index_folder(services, "bench", folder):
-            if isinstance(event, BatchDone):
-                done = event
-        pipeline_s = time.perf_counter() - started
-        assert done is not None and not done.failed, done
-        assert len(texts) == done.chunks, (len(texts), done.chunks)
+        modes = ["turn", "ingest"] if args.sentence_vectors == "both" else [args.sentence_vectors]
+        pipeline: dict[str, float] = {}
+        for mode in modes:
+            services.store.sentence_vectors = mode == "ingest"
+            started = time.perf_counter()
+            done = None
+            for event in index_folder(services, f"bench_{mode}", folder):
+                if isinstance(event, BatchDone):
+                    done = event
+            pipeline[mode] = time.perf_counter() - started
+            assert done is not None and not done.failed, done
+            assert len(texts) == done.chunks, (len(texts), done.chunks)
 
         forward_s.append(forward())
         raw_s = sum(forward_s) / len(forward_s)
@@ -104,15 +118,19 @@ def main() -> None:
         f"embedder {embedder.model_id} (batch {embedder.batch_size}, max_length {embedder.max_length})"
     )
     print(f"documents {n}, chunks {done.chunks}, tokens {tokens} (chunk budget {chunker.max_tokens})")
-    print(f"{'path':28s} {'seconds':>8s} {'chunks/s':>9s} {'tokens/s':>9s}")
-    for label, secs in (("pipeline (index_folder)", pipeline_s), ("embedder forward only", raw_s)):
-        print(f"{label:28s} {secs:8.1f} {done.chunks / secs:9.1f} {tokens / secs:9.0f}")
+    print(f"{'path':44s} {'seconds':>8s} {'chunks/s':>9s} {'tokens/s':>9s} {'share of forward':>16s}")
+    rows = [(f"pipeline, SENTENCE_VECTORS={mode}", secs) for mode, secs in pipeline.items()]
+    for label, secs in (*rows, ("embedder forward only", raw_s)):
+        print(f"{label:44s} {secs:8.1f} {done.chunks / secs:9.1f} {tokens / secs:9.0f} {raw_s / secs:16.2f}")
     if len(forward_s) > 1:
         print(
             f"forward-only runs: {' / '.join(f'{f:.1f} s' for f in forward_s)} (before / after; mean above)"
         )
-    print(f"overhead ratio (pipeline / forward): {pipeline_s / raw_s:.2f}")
-    print(f"pipeline throughput as a share of the forward pass's: {raw_s / pipeline_s:.2f}")
+    for mode, secs in pipeline.items():
+        print(
+            f"SENTENCE_VECTORS={mode}: overhead ratio (pipeline / forward) {secs / raw_s:.2f}; "
+            f"throughput as a share of the forward pass's {raw_s / secs:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -91,6 +91,7 @@ def append(store, table, texts: list[str], vectors: np.ndarray, start: int) -> N
     column, a cost no real index pays for those two columns. `dataset` stays constant, as in a one-dataset
     index.)"""
     from rag_worker.store import PACKED, packed_column, table_schema
+    from rag_worker.store.rows import SENTENCE_COLUMNS
 
     now = datetime.now(UTC).isoformat(timespec="seconds")
     n = len(vectors)
@@ -114,6 +115,8 @@ def append(store, table, texts: list[str], vectors: np.ndarray, start: int) -> N
         "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), vectors.shape[1]),
     }
     data[PACKED] = packed_column(pa.table(data))
+    for name in SENTENCE_COLUMNS:  # retrieval reads none: synthetic rows carry no sentence vectors
+        data[name] = [None] * n
     table.add(pa.table(data, schema=schema))
 
 

@@ -115,6 +115,7 @@ class E5Embedder(Embedder):
 
         self._cache_lock = threading.Lock()
         self._batcher = QueryBatcher(self._forward_queries, query_batching, self.batch_size)
+        self._text_batcher = QueryBatcher(self._forward, query_batching, self.batch_size)
         self._texts: OrderedDict[str, np.ndarray] = OrderedDict()
         self._texts_size = max(0, text_cache_size)
 

@@ -122,6 +122,9 @@ class Embedder:
         self._cache_size = query_cache_size
         self._cache_lock = threading.Lock()  # held only around dict operations, never across a yield
         self._batcher = QueryBatcher(self._forward, query_batching, self.batch_size)
+        # The few sentences of an answer (a turn's only passage-side forward once the passages' vectors are stored,
+        # SENTENCE_VECTORS): batched across concurrent turns as their queries are.
+        self._text_batcher = QueryBatcher(self._forward, query_batching, self.batch_size)
         # Sentences the turns check answers against (passage sentences of the chunks they retrieve): the same
         # chunks come back turn after turn, and re-embedding their sentences was most of a RAG turn's CPU.
         self._texts: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -187,7 +190,8 @@ class Embedder:
                     out[i] = vec
         if missing:
             new = list(missing)
-            vectors = self.embed_documents(new)
+            shared = len(new) <= self.batch_size and self._text_batcher.active()
+            vectors = self._text_batcher.embed_many(new) if shared else self.embed_documents(new)
             with self._cache_lock:
                 for text, vec in zip(new, vectors, strict=True):
                     out[missing[text]] = vec
@@ -196,6 +200,24 @@ class Embedder:
                 while len(self._texts) > self._texts_size:
                     self._texts.popitem(last=False)
         return out
+
+    def cached_texts(self, texts: Sequence[str]) -> set[str]:
+        """Those of `texts` whose vectors the cross-turn cache holds (TEXT_CACHE_SIZE)."""
+        if not self._texts_size:
+            return set()
+        with self._cache_lock:
+            return {t for t in texts if t in self._texts}
+
+    def remember(self, vectors: dict[str, np.ndarray]) -> None:
+        """Put vectors of texts made elsewhere (stored at ingestion, by this embedder) in the cross-turn cache."""
+        if not self._texts_size:
+            return
+        with self._cache_lock:
+            for text, vec in vectors.items():
+                self._texts[text] = vec
+                self._texts.move_to_end(text)
+            while len(self._texts) > self._texts_size:
+                self._texts.popitem(last=False)
 
     def _forward(self, texts: list[str]) -> np.ndarray:
         torch = self._torch
@@ -225,6 +247,22 @@ class QueryBatcher:
         self._pending: list[tuple[str, object]] = []
         self._running = False
         self.batches = 0  # forward passes run, for benches and tests
+
+    def active(self) -> bool:
+        """Whether a call here would share passes (enabled, and in the gevent hub's thread)."""
+        return self.enabled and _in_gevent_hub_thread()
+
+    def embed_many(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of a few texts (at most `max_batch`), in one pass with whatever concurrent turns queued."""
+        if not self.enabled or not _in_gevent_hub_thread():
+            return offload(self.forward, list(texts))
+        from gevent.event import AsyncResult
+
+        results = [AsyncResult() for _ in texts]
+        self._pending.extend(zip(texts, results, strict=True))
+        if not self._running:
+            self._drain()
+        return np.stack([r.get() for r in results])
 
     def embed(self, text: str) -> np.ndarray:
         if not self.enabled or not _in_gevent_hub_thread():

@@ -220,6 +220,12 @@ class Settings(BaseSettings):
     ungrounded_below: float = Field(default=0.42, alias="UNGROUNDED_BELOW")
     grounding_sim_weight: float = Field(default=0.5, alias="GROUNDING_SIM_WEIGHT")
     grounding_min_share: float = Field(default=0.8, alias="GROUNDING_MIN_SHARE")
+    # Where the passages' sentence vectors come from: `ingest` embeds each chunk's sentences when it is written
+    # and stores them with it (a turn then embeds only its answer's sentences; ingestion embeds about twice the
+    # text, docs/benchmarks.md "Grounding without re-embedding"); `turn` stores none and the check embeds the
+    # sentences of the passages it reads, as before. Chunks written without them (tables made before them, or
+    # with `turn`) are embedded by the check either way.
+    sentence_vectors: Literal["ingest", "turn"] = Field(default="ingest", alias="SENTENCE_VECTORS")
     # The embedded model: `auto` generates, checks and falls back to the extractive answer (with the default
     # policy); `extractive` answers with quotes at once, no generation. Its prompt holds the best passages whole
     # up to LOCAL_CONTEXT_TOKENS (counted by the model's own tokenizer; 0: the model's default, which keeps the

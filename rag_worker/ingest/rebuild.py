@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from ..store.rows import SENTENCE_COLUMNS
 from . import attachments, overviews
 from .document import file_sha256
 from .records import DEFAULT_DATASET, BatchDone, IndexInto, Progress
@@ -144,9 +145,9 @@ def _embedded_again(embedder, rows):
     dim = embedder.dim
     flat = pa.array(vectors.reshape(-1) if vectors is not None else np.zeros(0, dtype=np.float32))
     column = pa.FixedSizeListArray.from_arrays(flat, dim)
-    return rows.drop_columns(["vector"]).append_column(
-        pa.field("vector", pa.list_(pa.float32(), dim)), column
-    )
+    # The sentence vectors carried were the other embedder's too: `write_rows` embeds them again.
+    stale = [c for c in ("vector", *SENTENCE_COLUMNS) if c in rows.column_names]
+    return rows.drop_columns(stale).append_column(pa.field("vector", pa.list_(pa.float32(), dim)), column)
 
 
 def _source_in(folder: Path, dataset: str, filename: str) -> Path | None:

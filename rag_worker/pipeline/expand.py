@@ -36,6 +36,10 @@ def to_document(hit, rank: int, ref: str) -> dict:
     }
 
 
+def stored_sentences_wanted(turn: Turn) -> bool:
+    return turn.settings.sentence_vectors == "ingest"
+
+
 def expand(turn: Turn, docs: list[dict]) -> int:
     """Fill each document's `context` with its neighbours' text (same file, chunk_index ± WINDOW).
 
@@ -44,23 +48,35 @@ def expand(turn: Turn, docs: list[dict]) -> int:
     """
     wanted: dict[tuple, set[int]] = defaultdict(set)
     present = {(d["index"], d["document_id"], d["dataset"], d["filename"], d["chunk_index"]) for d in docs}
+    # The same scan brings the sentence vectors stored with the documents' own chunks and their neighbours, for
+    # the grounding check (grounding.stored): the documents' chunks are read along for them, not for context.
+    sentences = stored_sentences_wanted(turn)
     for d in docs:
         if d["chunk_index"] is None:
             continue
         key = (d["index"], d["document_id"], d["dataset"], d["filename"])
         for i in range(d["chunk_index"] - WINDOW, d["chunk_index"] + WINDOW + 1):
-            if i >= 0 and i != d["chunk_index"] and (*key, i) not in present:
+            if i >= 0 and (i != d["chunk_index"] or sentences) and ((*key, i) not in present or sentences):
                 wanted[key].add(i)
     texts: dict[tuple, str] = {}
     by_index: dict[str, dict[tuple[str, str, str], list[int]]] = defaultdict(dict)
     for (index, document_id, dataset, filename), indexes in wanted.items():
         by_index[index][(document_id, dataset, filename)] = sorted(indexes)
     for index, docs_wanted in by_index.items():  # one scan per index, not one per document
+        same_space = sentences and turn.services.store.embedder_for(index) is turn.space
         for (document_id, dataset, filename), hits in turn.services.store.neighbours_of(
-            index, docs_wanted
+            index, docs_wanted, sentences=same_space
         ).items():
             for hit in hits:
-                texts[(index, document_id, dataset, filename, hit.chunk_index)] = hit.text
+                turn.context_chunks.add((index, hit.id))
+                if hit.sentence_vectors is not None:  # a table made before them has none: the check embeds
+                    turn.stored_sentences += turn.know_vectors(hit.sentence_vectors)
+                    turn.sentences_read.add((index, hit.id))
+                    remember = getattr(turn.space, "remember", None)
+                    if remember is not None:
+                        remember(hit.sentence_vectors)
+                if (index, document_id, dataset, filename, hit.chunk_index) not in present:
+                    texts[(index, document_id, dataset, filename, hit.chunk_index)] = hit.text
     added = 0
     for d in docs:
         if d["chunk_index"] is None:

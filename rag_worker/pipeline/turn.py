@@ -69,6 +69,12 @@ class Turn:
     language_source: str = "fallback"
     # Stored vectors of the chunks this turn's search returned, {(index, chunk id): vector} (for provenance).
     chunk_vectors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    # The neighbouring chunks context expansion added, {(index, chunk id)}: the grounding check reads their
+    # stored sentence vectors with the documents' own (grounding.stored).
+    context_chunks: set[tuple[str, str]] = field(default_factory=set)
+    # The chunks whose stored sentence vectors this turn has read already, and how many sentences it got from them.
+    sentences_read: set[tuple[str, str]] = field(default_factory=set)
+    stored_sentences: int = 0
     # How the turn ended, for the metrics (answered, abstained, stopped, failed), the route it took and the
     # tokens it streamed; and the request's context for its logs and spans (rag_worker/telemetry.py).
     outcome: str = "stopped"
@@ -143,6 +149,13 @@ class Turn:
                 self._vectors[text] = vec
         dim = self.space.dim
         return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, dim), dtype=np.float32)
+
+    def know_vectors(self, vectors: dict[str, np.ndarray]) -> int:
+        """Take vectors of texts computed earlier in this turn's space (sentence vectors stored at ingestion), so
+        `embed_texts` does not embed them again; returns how many were new to the turn."""
+        new = {t: v for t, v in vectors.items() if t not in self._vectors}
+        self._vectors.update(new)
+        return len(new)
 
     def utility_chat(self, messages: list[dict], max_tokens: int = 64) -> str:
         """A short call to the utility model that raises on failure (`ask_utility` falls back instead)."""

@@ -28,7 +28,16 @@ from ..errors import ApiError, BadRequest, Conflict, EmbedderMismatch, NotFound
 from ..names import NAME_RE, STAGED_RE, check_name, check_table
 from ..runtime import offload
 from .fts import DEFAULT_LANGUAGE, check_language, fts_config
-from .rows import HIT_COLUMNS, MARKER_KEY, PACKED, PACKED_COLUMNS, PACKED_ID, table_schema
+from .rows import (
+    HIT_COLUMNS,
+    MARKER_KEY,
+    PACKED,
+    PACKED_COLUMNS,
+    PACKED_ID,
+    SENTENCE_COLUMNS,
+    SENTENCE_VECTORS,
+    table_schema,
+)
 from .writes import retry_conflicts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -186,6 +195,7 @@ class Catalog:
         field = schema.field("vector") if "vector" in schema.names else None
         marker["table_dim"] = getattr(field.type, "list_size", None) if field is not None else None
         marker["packed"] = PACKED in schema.names
+        marker["sentences"] = SENTENCE_VECTORS in schema.names
         return marker
 
     def marker_of(self, table: LanceTable) -> dict:
@@ -206,9 +216,13 @@ class Catalog:
         return PACKED_COLUMNS if marker.get(PACKED_ID) else ["id", *PACKED_COLUMNS]
 
     def conform(self, table: LanceTable, data: pa.Table) -> pa.Table:
-        """`data` as `table` takes it: without the packed column for a table made before it."""
-        if PACKED in data.column_names and not self.marker_of(table).get("packed"):
-            return data.drop_columns([PACKED])
+        """`data` as `table` takes it: without the packed column, or the sentence vectors, for a table made before
+        them."""
+        marker = self.marker_of(table)
+        if PACKED in data.column_names and not marker.get("packed"):
+            data = data.drop_columns([PACKED])
+        if SENTENCE_VECTORS in data.column_names and not marker.get("sentences"):
+            data = data.drop_columns([c for c in SENTENCE_COLUMNS if c in data.column_names])
         return data
 
     # -- tables ---------------------------------------------------------------------------------------------

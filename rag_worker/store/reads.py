@@ -21,7 +21,18 @@ from . import ann, search
 from .catalog import Catalog
 from .filters import doc_filter, doc_key, has_words, in_clause
 from .fusion import FUSIONS, FusionParams, fuse
-from .rows import HIT_COLUMNS, Hit, arrow_rows, scan, scan_arrow, to_hit
+from .rows import (
+    HIT_COLUMNS,
+    SENTENCE_COLUMNS,
+    SENTENCE_VECTORS,
+    SENTENCES,
+    Hit,
+    arrow_rows,
+    decode_sentences,
+    scan,
+    scan_arrow,
+    to_hit,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lancedb.table import LanceTable
@@ -43,6 +54,7 @@ class Reader:
         index_cache_mb: int | None = None,
         metadata_cache_mb: int | None = None,
         embedders=None,
+        sentence_vectors: bool = True,
     ):
         defaults = Settings.model_construct()  # the settings' defaults, no environment read
         self.catalog = Catalog(
@@ -60,6 +72,8 @@ class Reader:
         # the vector leg searches it: the settings' values, their defaults when none are given.
         self.fusion = fusion or FusionParams.defaults()
         self.ann = ann_params or ann.AnnParams.from_settings(defaults)
+        # Whether writes embed and store each chunk's passage sentences (SENTENCE_VECTORS=ingest).
+        self.sentence_vectors = sentence_vectors
 
     @classmethod
     def from_settings(cls, settings: Settings, embedder: Embedder, embedders=None):
@@ -73,6 +87,7 @@ class Reader:
             ann_params=ann.AnnParams.from_settings(settings),
             index_cache_mb=settings.lancedb_index_cache_mb,
             metadata_cache_mb=settings.lancedb_metadata_cache_mb,
+            sentence_vectors=settings.sentence_vectors == "ingest",
         )
 
     # -- identity and tables --------------------------------------------------------------------------------
@@ -274,10 +289,11 @@ class Reader:
         return sorted(hits, key=lambda h: h.chunk_index)
 
     def neighbours_of(
-        self, index: str, wanted: dict[tuple[str, str, str], list[int]]
+        self, index: str, wanted: dict[tuple[str, str, str], list[int]], *, sentences: bool = False
     ) -> dict[tuple[str, str, str], list[Hit]]:
         """`neighbours` for several documents of one index in one scan: {(document_id, dataset, filename): chunk
-        indexes} -> {same key: hits in document order}."""
+        indexes} -> {same key: hits in document order}. With `sentences`, each hit carries the sentence vectors
+        stored with it (`Hit.sentence_vectors`; None from a table made before them)."""
         clauses, keys = [], {}
         for key, chunk_indexes in wanted.items():
             document_id, dataset, filename = key
@@ -294,10 +310,16 @@ class Reader:
         out: dict[tuple[str, str, str], list[Hit]] = {k: [] for k in keys.values()}
         if not clauses:
             return out
-        for row in offload(scan, table, " OR ".join(clauses), [*HIT_COLUMNS, "doc_key"]):
+        stored = sentences and self.catalog.marker_of(table).get("sentences")
+        columns = [*HIT_COLUMNS, "doc_key", *(SENTENCE_COLUMNS if stored else ())]
+        dim = self.embedder_for(index).dim if stored else 0
+        for row in offload(scan, table, " OR ".join(clauses), columns):
             key = keys.get((row["document_id"], row["doc_key"]))
             if key is not None:
-                out[key].append(to_hit(index, row))
+                hit = to_hit(index, row)
+                if stored:
+                    hit.sentence_vectors = decode_sentences(row[SENTENCES], row[SENTENCE_VECTORS], dim)
+                out[key].append(hit)
         for hits in out.values():
             hits.sort(key=lambda h: h.chunk_index)
         return out
@@ -318,6 +340,22 @@ class Reader:
             return {}
         data = offload(scan_arrow, table, in_clause("id", wanted), ["id", "vector"])
         return {row["id"]: np.asarray(row["vector"], dtype=np.float32) for row in arrow_rows(data)}
+
+    def sentence_vectors_of(self, index: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """{sentence: vector} of the passage sentences stored with the chunks with these ids (ingestion embedded
+        them, in the index's embedder's space); {} for a table made before them, unknown ids and rows without."""
+        wanted = [i for i in dict.fromkeys(ids) if isinstance(i, str) and NAME_RE.fullmatch(i)]
+        table = self.catalog.open(index) if wanted else None
+        if table is None or not self.catalog.marker_of(table).get("sentences"):
+            return {}
+        data = offload(scan_arrow, table, in_clause("id", wanted), SENTENCE_COLUMNS)
+        dim = self.embedder_for(index).dim
+        out: dict[str, np.ndarray] = {}
+        for texts, blob in zip(
+            data.column(SENTENCES).to_pylist(), data.column(SENTENCE_VECTORS).to_pylist(), strict=True
+        ):
+            out.update(decode_sentences(texts, blob, dim))
+        return out
 
     def list_documents(self, index: str) -> list[dict]:
         return self._read(index, search.list_documents)

@@ -35,6 +35,13 @@ PACKED = "hit"
 PACKED_ID = "packed_id"  # marker key: every row's packed column holds its id
 PACKED_FIELDS = ("id", "document_id", "filename", "dataset", "page", "chunk_index", "metadata")
 PACKED_COLUMNS = ["text", PACKED]
+# The chunk's passage sentences as the grounding check splits them (pipeline.grounding.sentences), and their
+# vectors, embedded at ingestion so that a turn embeds only its answer's sentences (issue 31): float16, row-major,
+# one `dim`-wide row per sentence. Null in rows written without them (SENTENCE_VECTORS=off); absent from tables
+# made before them (marker `sentences` false): the check embeds those chunks' sentences as it reads them.
+SENTENCES = "sentences"
+SENTENCE_VECTORS = "sentence_vectors"
+SENTENCE_COLUMNS = [SENTENCES, SENTENCE_VECTORS]
 # The full-text tokenizer: English stemming is worth +0.03 nDCG@10 of the FTS leg on SciFact, dropping stop words
 # a hair (docs/benchmarks.md). Changing it only affects tables created afterwards.
 FTS_CONFIG = {
@@ -72,12 +79,14 @@ class Hit:
     # and the fusion key rows by it and break exact ties by it, so that a hybrid search need read no column but
     # the scores until the fused top is known.
     row_id: int | None = field(default=None, repr=False, compare=False)
+    # {sentence: vector} stored with the chunk, when the read asked for them (`neighbours_of`); never serialised.
+    sentence_vectors: dict | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in UNSERIALISED}
 
 
-UNSERIALISED = ("vector", "row_id")
+UNSERIALISED = ("vector", "row_id", "sentence_vectors")
 
 
 def chunk_id(dataset: str, filename: str, document_id: str, chunk_index: int) -> str:
@@ -102,23 +111,71 @@ def table_schema(dim: int, marker: dict) -> pa.Schema:
             pa.field("indexed_at", pa.string()),
             pa.field("vector", pa.list_(pa.float32(), dim)),
             pa.field(PACKED, pa.string()),
+            pa.field(SENTENCES, pa.list_(pa.string())),
+            pa.field(SENTENCE_VECTORS, pa.binary()),
         ],
         metadata={MARKER_KEY: json.dumps(marker).encode()},
     )
 
 
-def prepare(rows: list[dict], embedder: Embedder, marker: dict) -> pa.Table:
-    """Rows validated, the ones without a vector embedded, laid out as `table_schema`; nothing is written here."""
+def prepare(rows: list[dict], embedder: Embedder, marker: dict, *, sentences: bool = True) -> pa.Table:
+    """Rows validated, the ones without a vector embedded, laid out as `table_schema`; nothing is written here.
+    With `sentences`, each row's passage sentences are embedded too (never taken from the caller's rows)."""
     clean = [_checked(n, row) for n, row in enumerate(rows)]
     ids = [r["id"] for r in clean]
     if len(set(ids)) != len(ids):
         raise BadRequest("rows carry duplicate chunk ids", code="bad_rows")
     dim = embedder.dim
-    vectors = _vectors(rows, embedder)
+    vectors, embedded = _vectors(rows, embedder)
     schema = table_schema(dim, marker)
-    columns = {name: [r[name] for r in clean] for name in schema.names if name != "vector"}
+    columns = {
+        name: [r[name] for r in clean] for name in schema.names if name not in ("vector", *SENTENCE_COLUMNS)
+    }
     columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), dim)
+    texts = [r["text"] for r in clean]
+    columns[SENTENCES], columns[SENTENCE_VECTORS] = (
+        sentence_columns(texts, embedder, known=embedded)
+        if sentences
+        else ([None] * len(texts), [None] * len(texts))
+    )
     return pa.table(columns, schema=schema)
+
+
+def chunk_sentences(text: str) -> list[str]:
+    """The passage sentences of a chunk's text, as the grounding check splits what the generator read (a chunk
+    read with its neighbours, joined by blank lines, splits into the same sentences)."""
+    from ..pipeline.grounding.sentences import passage_sentences  # the check's own splitting, not a copy
+
+    return list(dict.fromkeys(p.text for p in passage_sentences("", text)))
+
+
+def sentence_columns(
+    texts: list[str], embedder: Embedder, known: dict[str, np.ndarray] | None = None
+) -> tuple[list[list[str]], list[bytes]]:
+    """(sentences, their vectors as float16 bytes) per chunk text; every distinct sentence embedded once, with
+    `embed_documents` (what the check's `embed_cached` runs), so a stored vector is the one the check would make.
+    `known`: vectors this write embedded already ({text: vector}; a one-sentence chunk embedded as it is)."""
+    known = known or {}
+    per_chunk = [chunk_sentences(t) for t in texts]
+    distinct = list(dict.fromkeys(s for sents in per_chunk for s in sents if s not in known))
+    vecs = dict(known)
+    if distinct:
+        vecs.update(zip(distinct, embedder.embed_documents(distinct), strict=True))
+    dim = embedder.dim
+    blobs = [
+        np.asarray([vecs[s] for s in sents], dtype=np.float16).reshape(-1, dim).tobytes()
+        for sents in per_chunk
+    ]
+    return per_chunk, blobs
+
+
+def decode_sentences(sentences: list[str] | None, blob: bytes | None, dim: int) -> dict[str, np.ndarray]:
+    """{sentence: float32 vector} of one stored row; {} for a row without them or one that does not add up."""
+    if not sentences or not blob or len(blob) != len(sentences) * dim * 2:
+        return {}
+    vecs = np.frombuffer(blob, dtype=np.float16).reshape(len(sentences), dim).astype(np.float32)
+    vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-9)  # unit again after the rounding
+    return dict(zip(sentences, vecs, strict=True))
 
 
 def _checked(n: int, row: object) -> dict:
@@ -155,8 +212,9 @@ def _checked(n: int, row: object) -> dict:
     }
 
 
-def _vectors(rows: list[dict], embedder: Embedder) -> np.ndarray:
-    """The rows' vectors: those given, checked, and the others embedded (from `embed_text`, else the text)."""
+def _vectors(rows: list[dict], embedder: Embedder) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The rows' vectors: those given, checked, and the others embedded (from `embed_text`, else the text); and
+    {text: vector} of those embedded here (a caller's vector never stands for a text)."""
     dim = embedder.dim
     vectors = np.zeros((len(rows), dim), dtype=np.float32)
     missing = [i for i, row in enumerate(rows) if row.get("vector") is None]
@@ -166,10 +224,12 @@ def _vectors(rows: list[dict], embedder: Embedder) -> np.ndarray:
             if vec.shape != (dim,) or not np.all(np.isfinite(vec)):
                 raise BadRequest(f"row {i}: vector must have {dim} finite values", code="bad_rows")
             vectors[i] = vec
+    embedded: dict[str, np.ndarray] = {}
     if missing:
         texts = [rows[i].get("embed_text") or rows[i]["text"] for i in missing]
         vectors[missing] = embedder.embed_documents(texts)
-    return vectors
+        embedded = dict(zip(texts, vectors[missing], strict=True))
+    return vectors, embedded
 
 
 def arrow_rows(data: pa.Table) -> list[dict]:

@@ -18,7 +18,17 @@ from ..runtime import offload
 from . import ann, writes
 from .filters import check_document_id, doc_filter, doc_key, doc_keys_clause
 from .reads import Reader
-from .rows import PACKED, packed_column, prepare, scan_arrow, table_schema
+from .rows import (
+    PACKED,
+    SENTENCE_COLUMNS,
+    SENTENCE_VECTORS,
+    SENTENCES,
+    packed_column,
+    prepare,
+    scan_arrow,
+    sentence_columns,
+    table_schema,
+)
 
 
 class Store(Reader):
@@ -126,7 +136,8 @@ class Store(Reader):
         marker = offload(self.catalog.read_marker, table) if table is not None else None
         embedder = self.catalog.embedder_of(marker)
         _, language = self.catalog.settings_of(marker)
-        return prepare(rows, embedder, self.catalog.table_marker(embedder, language))
+        marker = self.catalog.table_marker(embedder, language)
+        return prepare(rows, embedder, marker, sentences=self.sentence_vectors)
 
     def create_index(self, index: str, *, embedder: str | None = None, language: str | None = None) -> bool:
         """Make the (empty) table of `index` with this embedder and full-text language; True when made now,
@@ -226,6 +237,17 @@ class Store(Reader):
             data = data.append_column(PACKED, packed_column(data))
         elif not pc.all(pc.starts_with(data.column(PACKED), '{"id": ')).as_py():
             data = data.set_column(data.schema.get_field_index(PACKED), PACKED, packed_column(data))
+        # Sentence vectors carried with their rows (same embedder), else made here as ingestion makes them.
+        if SENTENCE_VECTORS not in data.column_names or SENTENCES not in data.column_names:
+            data = data.drop_columns([c for c in SENTENCE_COLUMNS if c in data.column_names])
+            texts = data.column("text").to_pylist()
+            sents, blobs = (
+                offload(sentence_columns, texts, embedder)
+                if self.sentence_vectors
+                else ([None] * len(texts), [None] * len(texts))
+            )
+            data = data.append_column(SENTENCES, pa.array(sents, pa.list_(pa.string())))
+            data = data.append_column(SENTENCE_VECTORS, pa.array(blobs, pa.binary()))
         data = self.catalog.conform(table, data.select(schema.names).cast(schema))
         digests = sorted({doc_key(d, f) for d, f in keys})
         where = doc_keys_clause(digests) if digests else None

@@ -33,6 +33,14 @@ SCRIPT = textwrap.dedent(
     assert [len(c) for c in calls] == [1, 8, 4], calls
     assert [j.value[0] for j in jobs] == [float(len(t)) for t in texts]
 
+    # An answer's few sentences (embed_many) ride the same passes as concurrent turns' texts, each in its row.
+    calls.clear()
+    answers = [[f"answer {i} sentence {'y' * k}" for k in range(3)] for i in range(4)]
+    jobs = [gevent.spawn(batcher.embed_many, a) for a in answers]
+    gevent.joinall(jobs, raise_error=True)
+    assert [len(c) for c in calls] == [3, 8, 1], calls  # 12 sentences in 3 passes, not 4
+    assert [list(j.value[:, 0]) for j in jobs] == [[float(len(t)) for t in a] for a in answers]
+
     def broken(texts):
         raise RuntimeError("model gone")
 

@@ -17,6 +17,7 @@ from ..turn import Turn
 from .check import StreamWatch, passed
 from .check import check as check_reply
 from .quotes import answer as quote
+from .stored import load as load_stored
 
 
 def policy_for(turn: Turn) -> str:
@@ -56,6 +57,15 @@ class Grounder:
         self.turn, self.question, self.documents = turn, question, documents
         self.policy = policy_for(turn)
         self.answer_mode = "extractive" if extractive_only(turn) else "generated"
+        self._stored = False
+
+    def _with_stored_vectors(self) -> None:
+        """Before the first check or quote: the sentence vectors stored with the chunks read (once a turn)."""
+        if not self._stored:
+            self._stored = True
+            read = [*self.passages().values(), *all_passages(self.documents).values()]
+            self.turn.stored_sentences += load_stored(self.turn, self.documents, read)
+            self.turn.flags["stored_sentences"] = self.turn.stored_sentences
 
     @property
     def extractive(self) -> bool:
@@ -69,6 +79,7 @@ class Grounder:
         return all_passages(self.documents)
 
     def quotes(self) -> str:
+        self._with_stored_vectors()
         return quote(self.turn, self.question, all_passages(self.documents), self.documents)
 
     def watch(self) -> StreamWatch | None:
@@ -76,6 +87,7 @@ class Grounder:
         the sources message, so it checks against what the generator reads."""
         if self.policy == "flag" or not self.documents:
             return None
+        self._with_stored_vectors()
         return StreamWatch(self.turn, self.passages(), self.documents)
 
     def review(self, reply: str) -> tuple[str, bool]:
@@ -91,6 +103,7 @@ class Grounder:
 
     def _act(self, reply: str) -> tuple[str, dict, bool]:
         turn, documents, act = self.turn, self.documents, self.policy
+        self._with_stored_vectors()
         reply, g = check_reply(turn, reply, self.passages(), documents)
         g.update(policy=act, answer_mode=self.answer_mode, action="none")
         self._flag_corrections(g)
