@@ -54,7 +54,7 @@ class Reader:
         index_cache_mb: int | None = None,
         metadata_cache_mb: int | None = None,
         embedders=None,
-        sentence_vectors: bool = True,
+        sentence_vectors: bool | None = None,
     ):
         defaults = Settings.model_construct()  # the settings' defaults, no environment read
         self.catalog = Catalog(
@@ -73,7 +73,9 @@ class Reader:
         self.fusion = fusion or FusionParams.defaults()
         self.ann = ann_params or ann.AnnParams.from_settings(defaults)
         # Whether writes embed and store each chunk's passage sentences (SENTENCE_VECTORS=ingest).
-        self.sentence_vectors = sentence_vectors
+        self.sentence_vectors = (
+            defaults.sentence_vectors == "ingest" if sentence_vectors is None else sentence_vectors
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings, embedder: Embedder, embedders=None):

@@ -60,6 +60,9 @@ def fill(store: Store) -> None:
 
 
 def make_turn(store: Store, **settings) -> Turn:
+    """A turn of a worker that reads stored sentence vectors (SENTENCE_VECTORS=ingest; the default, `turn`,
+    embeds the passages' sentences at each turn)."""
+    settings = {"SENTENCE_VECTORS": "ingest", **settings}
     services = SimpleNamespace(settings=Settings(**settings), embedder=store.embedder, store=store)
     opts = TurnOptions("rag", False, False, False, "hybrid", 5, "similarity", None, None, None, {})
     llm = SimpleNamespace(backend=SimpleNamespace(backend="ollama"))
@@ -97,7 +100,7 @@ def stores(tmp_path_factory, embedder):
     """The same documents in a store that keeps sentence vectors (SENTENCE_VECTORS=ingest) and one that does not."""
     root = tmp_path_factory.mktemp("stored")
     with_vectors, without = (
-        Store(root / "with", embedder),
+        Store(root / "with", embedder, sentence_vectors=True),
         Store(root / "without", embedder, sentence_vectors=False),
     )
     fill(with_vectors)
@@ -161,9 +164,9 @@ def test_a_table_made_before_the_sentence_vectors_is_checked_and_written_and_reb
     """An index written by an older worker has no sentence columns: the check embeds its passages as before, writes
     leave it without them, and a rebuild's new table has them."""
     root = tmp_path / "lancedb"
-    fill(Store(root, embedder))
+    fill(Store(root, embedder, sentence_vectors=True))
     Store(root, embedder).table("default").drop_columns(SENTENCE_COLUMNS)
-    store = Store(root, embedder)  # a new worker opening the old table
+    store = Store(root, embedder, sentence_vectors=True)  # a new worker (SENTENCE_VECTORS=ingest) opening it
     assert SENTENCES not in store.table("default").schema.names
     reply = REPLIES["paraphrase"]
     counting = Counting(embedder, monkeypatch)
