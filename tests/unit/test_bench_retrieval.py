@@ -1,4 +1,4 @@
-"""The BEIR harness: its metrics on hand-worked cases, and one real run on a 200-document SciFact slice."""
+"""The BEIR harness: its metrics on hand-worked cases, and one real run on a 100-document SciFact slice."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_slice_keeps_only_queries_it_can_answer():
 
 @needs_shared("eval/scifact")
 @pytest.mark.timeout(1200)
-def test_harness_on_a_200_document_slice(tmp_path, capsys, monkeypatch):
+def test_harness_on_a_100_document_slice(tmp_path, capsys, monkeypatch):
     """The command a user runs, end to end on a slice: real chunking, real index, the /chat retrieval stage."""
     from bench import retrieval
 
@@ -75,7 +75,7 @@ def test_harness_on_a_200_document_slice(tmp_path, capsys, monkeypatch):
             "--split",
             "test",
             "--limit-docs",
-            "200",
+            "100",
             "--cache-dir",
             str(tmp_path / "cache"),
         ]
@@ -90,13 +90,13 @@ def test_harness_on_a_200_document_slice(tmp_path, capsys, monkeypatch):
     assert "hybrid+rerank" in rows or "skipped: hybrid+rerank" in out
     for mode, (ndcg, recall, mrr) in rows.items():
         assert 0.0 <= ndcg <= 1.0 and 0.0 <= recall <= 1.0 and 0.0 <= mrr <= 1.0, mode
-        # A 200-document corpus: nearly every relevant document is in the top 100.
+        # A 100-document corpus: nearly every relevant document is in the top 100.
         assert recall >= 0.5, (mode, out)
     assert rows["hybrid"][0] > 0.5, out
     assert rows["hybrid"][0] >= min(rows["fts"][0], rows["vector"][0]), out
 
     # A second run reuses the built index instead of embedding the slice again.
-    args = ["--dataset", str(SCIFACT), "--split", "test", "--limit-docs", "200"]
+    args = ["--dataset", str(SCIFACT), "--split", "test", "--limit-docs", "100"]
     code = retrieval.main([*args, "--cache-dir", str(tmp_path / "cache"), "--modes", "hybrid"])
     assert code == 0
     captured = capsys.readouterr()
