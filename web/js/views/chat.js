@@ -105,7 +105,9 @@ export class ChatView {
   }
 
   async start() {
-    this.indexes = await api.listIndexes().catch(() => []);
+    // Kept: a message sent before the list arrived waits for it, or its new chat would search no index at all.
+    this.indexesLoaded = api.listIndexes().catch(() => []);
+    this.indexes = await this.indexesLoaded;
     if (this.destroyed) return;
     if (!this.id) {
       this.renderWelcome();
@@ -282,6 +284,7 @@ export class ChatView {
     this.showError("");
     if (!this.id) {
       try {
+        if (!this.pendingScope && this.indexes === null) this.indexes = await this.indexesLoaded;
         const scope = this.pendingScope || { index_ids: this.chatIndexIds() };
         this.chat = await api.createChat(scope);
         this.id = String(this.chat.id);
