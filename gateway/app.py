@@ -121,6 +121,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await worker.aclose()
             db.dispose()
             telemetry.shutdown_tracing()
+            metrics.process_ended()
 
     api_routes = [
         *accounts.routes,

@@ -31,7 +31,6 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy import Index as SqlIndex
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 from .answers import from_columns
@@ -557,6 +556,7 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 READ_ONLY = "gateway_read_only"  # the execution option of Database.read's sessions
+MIGRATION_LOCK_KEY = 0x6761_7465_776179  # Postgres advisory lock of migrate(): "gateway" in hex
 
 
 def make_engine(url: str) -> Engine:
@@ -650,25 +650,35 @@ class Database:
         return timed(self.engine.begin())
 
     def migrate(self) -> int:
-        SchemaMigration.__table__.create(self.engine, checkfirst=True)
-        with self.session() as s:
+        """Apply the migrations not applied yet. Safe with several processes starting at once: each migration
+        runs in a transaction that first takes the database's migration lock (SQLite: its write lock, BEGIN
+        IMMEDIATE; Postgres: an advisory lock) and checks again that nobody applied it meanwhile."""
+        with self.engine.begin() as conn:
+            self._migration_lock(conn)
+            SchemaMigration.__table__.create(conn, checkfirst=True)
+        with self.read() as s:
             applied = set(s.exec(select(SchemaMigration.version)).all())
+        versions = SchemaMigration.__table__.c.version
         for version, name, change in MIGRATIONS:
             if version in applied:
                 continue
-            try:
-                with self.engine.begin() as conn:
-                    change(conn)
-                    conn.execute(
-                        SchemaMigration.__table__.insert().values(
-                            version=version, name=name, applied_at=utcnow()
-                        )
-                    )
-                log.info("database migrated to version %d (%s)", version, name)
-            except IntegrityError:
-                # Another gateway process applied it at the same moment.
-                log.info("migration %d was applied by another process", version)
+            with self.engine.begin() as conn:
+                self._migration_lock(conn)
+                if conn.execute(select(versions).where(versions == version)).first() is not None:
+                    log.info("migration %d was applied by another process", version)
+                    continue
+                change(conn)
+                conn.execute(
+                    SchemaMigration.__table__.insert().values(version=version, name=name, applied_at=utcnow())
+                )
+            log.info("database migrated to version %d (%s)", version, name)
         return self.current_version()
+
+    @staticmethod
+    def _migration_lock(conn: Connection) -> None:
+        """Held until the transaction ends. SQLite's BEGIN IMMEDIATE (make_engine) already serialises writers."""
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
 
     def current_version(self) -> int:
         with self.session() as s:
