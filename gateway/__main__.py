@@ -14,7 +14,9 @@ def serve(argv: list[str]) -> int:
     parser.add_argument("--host", default=os.environ.get("GATEWAY_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GATEWAY_PORT", "8000")))
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info").lower())
-    parser.add_argument("--workers", type=int, default=None, help="uvicorn processes (default: GATEWAY_WORKERS)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="uvicorn processes (default: GATEWAY_WORKERS)"
+    )
     args = parser.parse_args(argv)
 
     from pydantic import ValidationError

@@ -29,7 +29,7 @@ from . import (
     telemetry,
     v1,
 )
-from .auth import LoginThrottle, RateLimit
+from .auth import LoginThrottle
 from .context import Context
 from .db import Database
 from .errors import HANDLERS
@@ -43,6 +43,7 @@ from .jobs import routes as jobs
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
 from .quotas import TurnSlots, upload_slots
+from .ratelimits import RateLimit
 from .settings import Settings
 from .sync import routes as sync_sources
 from .turns import routes as turns

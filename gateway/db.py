@@ -178,6 +178,16 @@ class LoginFailure(SQLModel, table=True):
     expires_at: float = Field(default=0.0, index=True)  # epoch seconds: the window ends, the row goes
 
 
+class RateEvent(SQLModel, table=True):
+    """One counted event of a rate limit (a new account from an address, a request with an API key), kept until
+    its window ends: every gateway process and replica counts the same rows (gateway/ratelimits.py)."""
+
+    __tablename__ = "rate_events"
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(max_length=200, index=True)
+    expires_at: float = Field(default=0.0, index=True)  # epoch seconds: the event leaves the window
+
+
 class Group(SQLModel, table=True):
     """A named set of users (admin-managed) that indexes can be shared with. `name_key` is the name lowered:
     two groups cannot differ only by case."""
@@ -532,6 +542,11 @@ def _sync_failures(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE index_source_files ADD COLUMN failure JSON NULL"))
 
 
+def _rate_events(conn: Connection) -> None:
+    """Rate limits counted in the database (they were counted in each process's memory)."""
+    RateEvent.__table__.create(conn, checkfirst=True)
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
@@ -551,6 +566,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     ),
     (12, "each index's embedder and full-text language", _index_languages),
     (13, "a sync file's lasting failure, kept until the file changes", _sync_failures),
+    (14, "rate limits counted in the database, shared by every gateway process", _rate_events),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -3,8 +3,10 @@ length.
 
 A turn holds worker threads (the embedded model's, or an Ollama slot) for as long as it runs, and an upload holds
 the worker's converter and embedder, so one account with many chats or files open could occupy all of them.
-Counted in this gateway process (unlike failed logins); a deployment with several gateway replicas multiplies the
-allowance by their number.
+A chat turn is counted in the database (its chat's live turn lock: gateway/turns/plan.py), on every gateway
+process and replica; a `/v1` turn, which stores nothing, in the process relaying it, beside the database's count of
+the account's chat turns. Uploads: the account's unfinished upload jobs in the database, plus the uploads this
+process is receiving (gateway/indexes/uploads.py).
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ class TurnSlots:
     code: str = "too_many_turns"
     what: str = "answers being written"
 
-    def take(self, user_id: int) -> TurnSlot:
-        """A slot for one more running piece of work, or a 429 when the user already has `per_user` running."""
-        if self.running.get(user_id, 0) >= self.per_user:
+    def take(self, user_id: int, elsewhere: int = 0) -> TurnSlot:
+        """A slot for one more running piece of work, or a 429 when the user already has `per_user` running
+        (here, plus `elsewhere`: what the database counts)."""
+        if self.running.get(user_id, 0) + elsewhere >= self.per_user:
             raise TooManyRequests(
                 f"you already have {self.per_user} {self.what}: wait for one to finish",
                 code=self.code,

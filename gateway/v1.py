@@ -317,7 +317,8 @@ async def chat_completions(request: Request) -> Response:
         "datasets": body.datasets,
         "options": options,
     }
-    slot = c.turn_slots.take(user.id)  # MAX_TURNS_PER_USER, shared with the user's web turns
+    # MAX_TURNS_PER_USER, shared with the user's chat turns (counted in the database, on any process).
+    slot = c.turn_slots.take(user.id, elsewhere=await in_thread(_chat_turns, c, user.id))
     try:
         resp = await _send(c, payload)
     except BaseException:
@@ -357,6 +358,13 @@ async def chat_completions(request: Request) -> Response:
     return StreamingResponse(
         relay(), media_type="text/event-stream", headers=SSE_HEADERS, background=BackgroundTask(close)
     )
+
+
+def _chat_turns(c, user_id: int) -> int:
+    from .turns.plan import live_turns
+
+    with c.db.read() as s:
+        return live_turns(s.connection(), c, user_id)
 
 
 async def _send(c, payload: dict) -> httpx.Response:
