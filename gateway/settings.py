@@ -85,8 +85,8 @@ class Settings(BaseSettings):
     # Uploads one account may have being indexed at once (the web sends two at a time).
     max_uploads_per_user: int = Field(default=4, alias="MAX_UPLOADS_PER_USER", ge=1)
     max_tokens: int = Field(default=2048, alias="MAX_TOKENS", ge=1, le=8192)
-    # API keys (gateway/keys.py): requests one key may make inside the window (counted in this process, like
-    # the turn allowance), and the keys one account may hold at once.
+    # API keys (gateway/keys.py): requests one key may make inside the window (counted in the database, shared by
+    # every process and replica: gateway/ratelimits.py), and the keys one account may hold at once.
     api_key_rate_limit: int = Field(default=120, alias="API_KEY_RATE_LIMIT", ge=1)
     api_key_rate_window_s: float = Field(default=60.0, alias="API_KEY_RATE_WINDOW_S", gt=0)
     max_api_keys_per_user: int = Field(default=50, alias="MAX_API_KEYS_PER_USER", ge=1)
