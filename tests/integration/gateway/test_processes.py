@@ -74,7 +74,8 @@ def test_both_services_start_with_two_processes_and_one_schema(stack):
     # The parent migrated once, before the processes started; each found the schema up to date.
     assert log.count("(initial schema)") == 1, log
     assert "with 2 gevent process(es)" in worker.log_tail(20_000)
-    assert call(stack, "GET", "/health").json()["worker"]["status"] == "ok"
+    health = call(stack, "GET", "/health").json()
+    assert (health["database"], health["worker"]) == ("ok", "ok"), health
 
 
 def test_a_turn_is_stopped_and_rejoined_whichever_process_owns_it(stack, fake):
