@@ -41,8 +41,8 @@ class Context:
     # Failed logins per client address (any account), and new accounts per address (both in the database).
     address_throttle: LoginThrottle = field(default_factory=LoginThrottle)
     registrations: RateLimit = field(default_factory=lambda: RateLimit(limit=10, window_s=3600))
-    # /v1 turns per user running in this process (MAX_TURNS_PER_USER; chat turns are counted in the database).
-    turn_slots: TurnSlots = field(default_factory=lambda: TurnSlots(per_user=4))
+    # The rows of the /v1 turns this process relays (gateway/turns/running.py), kept alive by its heartbeat.
+    v1_turns: set[int] = field(default_factory=set)
     # Uploads being indexed per user (MAX_UPLOADS_PER_USER), counted in this process.
     upload_slots: TurnSlots = field(default_factory=lambda: upload_slots(4))
     # Requests per API key (API_KEY_RATE_LIMIT per API_KEY_RATE_WINDOW_S), counted in the database.

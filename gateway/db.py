@@ -188,6 +188,17 @@ class RateEvent(SQLModel, table=True):
     expires_at: float = Field(default=0.0, index=True)  # epoch seconds: the event leaves the window
 
 
+class RunningTurn(SQLModel, table=True):
+    """A `/v1` turn being relayed (it stores no chat): counted with the account's chat turns against
+    MAX_TURNS_PER_USER on every process, alive while its process's heartbeat refreshes `expires_at`
+    (gateway/turns/running.py)."""
+
+    __tablename__ = "running_turns"
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(index=True)
+    expires_at: float = Field(default=0.0, index=True)  # epoch seconds
+
+
 class Group(SQLModel, table=True):
     """A named set of users (admin-managed) that indexes can be shared with. `name_key` is the name lowered:
     two groups cannot differ only by case."""
@@ -543,8 +554,9 @@ def _sync_failures(conn: Connection) -> None:
 
 
 def _rate_events(conn: Connection) -> None:
-    """Rate limits counted in the database (they were counted in each process's memory)."""
+    """Rate limits and `/v1` turns counted in the database (they were counted in each process's memory)."""
     RateEvent.__table__.create(conn, checkfirst=True)
+    RunningTurn.__table__.create(conn, checkfirst=True)
 
 
 # (version, name, change). Append only; a deployed version is never edited.
@@ -566,7 +578,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     ),
     (12, "each index's embedder and full-text language", _index_languages),
     (13, "a sync file's lasting failure, kept until the file changes", _sync_failures),
-    (14, "rate limits counted in the database, shared by every gateway process", _rate_events),
+    (14, "rate limits and /v1 turns counted in the database, shared by every gateway process", _rate_events),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -3,10 +3,9 @@ length.
 
 A turn holds worker threads (the embedded model's, or an Ollama slot) for as long as it runs, and an upload holds
 the worker's converter and embedder, so one account with many chats or files open could occupy all of them.
-A chat turn is counted in the database (its chat's live turn lock: gateway/turns/plan.py), on every gateway
-process and replica; a `/v1` turn, which stores nothing, in the process relaying it, beside the database's count of
-the account's chat turns. Uploads: the account's unfinished upload jobs in the database, plus the uploads this
-process is receiving (gateway/indexes/uploads.py).
+Running turns are counted in the database, on every gateway process and replica (gateway/turns/running.py).
+Uploads: the account's unfinished upload jobs in the database, plus the uploads this process is receiving
+(gateway/indexes/uploads.py), counted again in the transaction that queues the job.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ class TurnSlot:
 
 @dataclass
 class TurnSlots:
-    """Work one user has running in this process: turns (MAX_TURNS_PER_USER) or uploads (MAX_UPLOADS_PER_USER)."""
+    """Uploads one user is sending to this process (MAX_UPLOADS_PER_USER, beside its unfinished jobs)."""
 
     per_user: int
     running: dict[int, int] = field(default_factory=dict)
@@ -41,10 +40,9 @@ class TurnSlots:
     code: str = "too_many_turns"
     what: str = "answers being written"
 
-    def take(self, user_id: int, elsewhere: int = 0) -> TurnSlot:
-        """A slot for one more running piece of work, or a 429 when the user already has `per_user` running
-        (here, plus `elsewhere`: what the database counts)."""
-        if self.running.get(user_id, 0) + elsewhere >= self.per_user:
+    def take(self, user_id: int) -> TurnSlot:
+        """A slot for one more running piece of work, or a 429 when the user already has `per_user` running."""
+        if self.running.get(user_id, 0) >= self.per_user:
             raise TooManyRequests(
                 f"you already have {self.per_user} {self.what}: wait for one to finish",
                 code=self.code,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, true
+from sqlalchemy import Connection, true
 from sqlmodel import Session, col, select, update
 
 from .. import lifecycle
@@ -13,9 +13,10 @@ from ..access import readable_subset
 from ..chats import carried_history, linked_indexes, owned_chat
 from ..context import Context
 from ..db import Chat, Index, IndexDocument, Message, SettingRow, User, utcnow
-from ..errors import BadRequest, Conflict, TooManyRequests
+from ..errors import BadRequest, Conflict
 from ..gate import should_use_rag
 from ..schemas import TurnRequest
+from .running import live_turns, lock_account, refuse_past_limit
 from .state import TurnPlan
 
 TURN_OPTIONS_KEY = "turn_options"
@@ -127,7 +128,7 @@ def start(conn: Connection, c: Context, plan: TurnPlan, seen: datetime | None) -
     chats = Chat.__table__
     # One start per account at a time (Postgres: the user's row, locked to the end of this transaction; SQLite
     # runs one write transaction at a time already), so two processes cannot both count N-1 and both start.
-    conn.execute(select(User.id).where(col(User.id) == plan.user_id).with_for_update())
+    lock_account(conn, plan.user_id)
     taken = conn.execute(
         update(Chat)
         .where(col(Chat.id) == plan.chat_id)
@@ -158,31 +159,8 @@ def start(conn: Connection, c: Context, plan: TurnPlan, seen: datetime | None) -
 
 def check_running_turns(conn: Connection, c: Context, plan: TurnPlan) -> None:
     """MAX_TURNS_PER_USER, counted in the database: the account's other chats with a live turn (a turn whose
-    owner died stops counting once its heartbeat is stale). Raising rolls the chat's lock back."""
-    limit = c.settings.max_turns_per_user
-    running = live_turns(conn, c, plan.user_id, but=plan.chat_id)
-    running += c.turn_slots.running.get(
-        plan.user_id, 0
-    )  # the /v1 turns this process relays (they store nothing)
-    if running >= limit:
-        raise TooManyRequests(
-            f"you already have {limit} answers being written: wait for one to finish",
-            code="too_many_turns",
-            headers={"Retry-After": "5"},
-        )
-
-
-def live_turns(conn: Connection, c: Context, user_id: int, but: int | None = None) -> int:
-    """The account's chats with a live turn, on any process (`but`: except this chat)."""
-    query = (
-        select(func.count())
-        .select_from(Chat)
-        .where(col(Chat.owner_id) == user_id)
-        .where(lifecycle.live_condition(c.settings.turn_lock_stale_s))
-    )
-    if but is not None:
-        query = query.where(col(Chat.id) != but)
-    return int(conn.execute(query).scalar_one())
+    owner died stops counting once its heartbeat is stale) and its `/v1` turns. Raising rolls the lock back."""
+    refuse_past_limit(c, live_turns(conn, c, plan.user_id, but=plan.chat_id))
 
 
 def insert_message(conn: Connection, plan: TurnPlan, role: str, content: str, now: datetime) -> int:

@@ -78,3 +78,49 @@ def test_a_rate_limit_is_one_sliding_window_for_every_process(tmp_path):
         assert [r.key for r in s.exec(select(RateEvent))] == ["key:3"]
     one.dispose()
     other.dispose()
+
+
+def test_v1_turns_are_counted_for_every_process_while_their_process_beats(tmp_path, monkeypatch):
+    from gateway.auth import LoginThrottle
+    from gateway.context import Context
+    from gateway.db import RunningTurn, User
+    from gateway.turns import running
+
+    url = f"sqlite:///{tmp_path / 'gateway.db'}"
+    settings = Settings(INDEX_STORE=tmp_path, TURN_LOCK_STALE_S=3.0, MAX_TURNS_PER_USER=3)
+    one, other = (
+        Context(settings=settings, db=Database(url), worker=None, jwt_secret="x", throttle=LoginThrottle())
+        for _ in range(2)
+    )
+    one.db.migrate()
+    with one.db.session() as s:
+        user = User(username="gina", password_hash="x")
+        s.add(user)
+        s.commit()
+        uid = user.id
+    first = running.take_v1(one, uid)
+    running.take_v1(other, uid)
+    running.take_v1(one, uid)
+    for ctx in (one, other):  # three running: the next is refused on either process
+        with pytest.raises(TooManyRequests) as refused:
+            running.take_v1(ctx, uid)
+        assert refused.value.code == "too_many_turns"
+    running.release_v1(one, first)
+    running.take_v1(other, uid)  # one came back
+
+    # `other` dies (it beats no more); `one` keeps beating: only other's rows stop counting.
+    clock = [1_000_000.0]
+    monkeypatch.setattr(running.time, "time", lambda: clock[0])
+    with one.db.write() as conn:
+        conn.execute(RunningTurn.__table__.update().values(expires_at=clock[0] + 3.0))
+    clock[0] += 2.0
+    running.beat_v1(one)
+    clock[0] += 2.0
+    with one.db.write() as conn:
+        assert running.live_turns(conn, one, uid) == 1  # one's row, beaten; other's two expired
+    running.take_v1(one, uid)
+    running.take_v1(one, uid)
+    with pytest.raises(TooManyRequests):
+        running.take_v1(other, uid)
+    for ctx in (one, other):
+        ctx.db.dispose()

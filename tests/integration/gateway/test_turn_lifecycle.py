@@ -675,6 +675,10 @@ def test_running_turns_per_account_are_counted_across_processes(cluster, a, b, s
         r = client.post(f"/api/chats/{chats[4]}/messages", json={"message": "one more?"}, headers=erin)
         assert (r.status_code, r.json()["code"]) == (429, "too_many_turns"), r.text
         assert r.headers["Retry-After"]
+        # A /v1 turn counts against the same allowance, whichever process relays it.
+        question = {"model": "direct", "messages": [{"role": "user", "content": "one more?"}]}
+        r = client.post("/v1/chat/completions", json=question, headers=erin)
+        assert (r.status_code, r.json()["error"]["code"]) == (429, "too_many_turns"), r.text
     # Stopped from the process that does not own each one: the allowance comes back at once.
     for i, (turn, chat_id) in enumerate(zip(turns, chats, strict=False)):
         r = (b if i % 2 == 0 else a).post(f"/api/chats/{chat_id}/stop", headers=erin)
