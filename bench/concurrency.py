@@ -284,6 +284,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--worker-env", action="append", default=[], help="KEY=VALUE for the worker, repeatable")
     ap.add_argument(
+        "--gateway-env", action="append", default=[], help="KEY=VALUE for the gateway, repeatable"
+    )
+    ap.add_argument(
+        "--warm",
+        type=int,
+        default=2,
+        help="warm-up turns at once per path before it is measured (several worker processes: enough to reach "
+        "each, so none loads its models inside a burst)",
+    )
+    ap.add_argument(
         "--profile-with",
         default="",
         help="path of a py-spy executable: sample the worker (and the gateway) during the RAG bursts and the "
@@ -341,7 +351,11 @@ def main() -> None:
             gw_tmp = tmp / f"gateway-{size}"
             with (
                 worker_process(base, env=worker_env) as worker,
-                gateway_process(gw_tmp, worker_url=worker.url, env={"MAX_TURNS_PER_USER": "100000"}) as gw,
+                gateway_process(
+                    gw_tmp,
+                    worker_url=worker.url,
+                    env={"MAX_TURNS_PER_USER": "100000", **dict(kv.split("=", 1) for kv in args.gateway_env)},
+                ) as gw,
             ):
                 spies = {
                     "worker-rag": [("worker", worker.proc.pid)],
@@ -434,9 +448,9 @@ async def run_size(
 ) -> dict:
     targets = await _targets(paths, qs, worker_url, gw_url, gw_tmp, n_chunks, floor_proc, args.turns)
     # Warm every path once (models loaded, tables open), with questions the measured turns don't ask.
-    warm = Target("", "", ["warm up the store"])
+    warm = [f"warm up the store {i}" for i in range(args.warm)]
     for _name, (t, chat_body) in targets.items():
-        await burst(Target(t.name, t.base, warm.qs, t.headers), 2, chat_body)
+        await burst(Target(t.name, t.base, warm, t.headers), args.warm, chat_body)
     out = {}
     for name, (t, chat_body) in targets.items():
         watched = (spies or {}).get(name, []) if args.profile_with else []

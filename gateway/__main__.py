@@ -1,9 +1,10 @@
-"""Command line: `python -m gateway serve [--port 8000] [--host 127.0.0.1]` and
+"""Command line: `python -m gateway serve [--port 8000] [--host 127.0.0.1] [--workers N]` and
 `python -m gateway create-admin USERNAME` (password from stdin or a prompt; for ALLOW_REGISTRATION=false)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -13,22 +14,38 @@ def serve(argv: list[str]) -> int:
     parser.add_argument("--host", default=os.environ.get("GATEWAY_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GATEWAY_PORT", "8000")))
     parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "info").lower())
+    parser.add_argument(
+        "--workers", type=int, default=None, help="uvicorn processes (default: GATEWAY_WORKERS)"
+    )
     args = parser.parse_args(argv)
+
+    from pydantic import ValidationError
+
+    from gateway.settings import Settings
+
+    try:
+        if args.workers is not None:
+            os.environ["GATEWAY_WORKERS"] = str(args.workers)
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"gateway: {exc.errors()[0]['msg']} ({exc.errors()[0]['loc'][0]})", file=sys.stderr)
+        return 2
+    workers = settings.gateway_workers
+    if workers > 1:
+        # Before anything imports prometheus_client: the processes share their metrics through files.
+        from contract.metrics_dir import prepare_multiprocess_dir
+
+        prepare_multiprocess_dir(workers, "gateway-metrics-")
 
     import uvicorn
 
     from contract.observe import configure, log_format
-    from gateway.app import create_app
     from gateway.serving import PROTOCOL
-    from gateway.settings import Settings
 
     # Plain lines, or LOG_FORMAT=json: one object a line with the request's context (contract/observe.py).
     configure("gateway", args.log_level)
     json_logs = log_format() == "json"
-    # One process: turn locks, login throttling and the running-turn registry live in it (the turn lock is
-    # also in the database, so replicas behind a load balancer stay correct).
-    uvicorn.run(
-        create_app(Settings()),
+    common = dict(
         host=args.host,
         port=args.port,
         log_level=args.log_level,
@@ -41,6 +58,25 @@ def serve(argv: list[str]) -> int:
         # gives way to the gateway's own (route template, status, duration, request id).
         **({"log_config": None, "access_log": False} if json_logs else {}),
     )
+    if workers == 1:
+        from gateway.app import create_app
+
+        uvicorn.run(create_app(settings), **common)
+        return 0
+    # Several processes on one port (the kernel hands each connection to one of them). Everything they must
+    # agree on lives in the database: turn locks, stops and rejoins, running turns per user, rate limits,
+    # failed logins, jobs and sync claims. The schema is brought up to date here, once, before they start.
+    from gateway.db import Database
+
+    db = Database(settings.resolved_database_url())
+    try:
+        version = db.migrate()
+    finally:
+        db.dispose()
+    settings.resolved_jwt_secret()  # made once here rather than raced by the processes
+    logging.getLogger("gateway").info("gateway database at schema version %d; %d processes", version, workers)
+    os.environ["LOG_LEVEL"] = args.log_level  # each process configures its own logging from it
+    uvicorn.run("gateway.serving:process_app", factory=True, workers=workers, **common)
     return 0
 
 
@@ -94,7 +130,7 @@ def create_admin(argv: list[str]) -> int:
     return 0
 
 
-USAGE = """usage: python -m gateway serve [--port 8000] [--host 127.0.0.1]
+USAGE = """usage: python -m gateway serve [--port 8000] [--host 127.0.0.1] [--workers N]
        python -m gateway create-admin USERNAME   (password on stdin or asked for)"""
 
 

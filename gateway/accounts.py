@@ -89,7 +89,7 @@ async def register(request: Request) -> JSONResponse:
         )
     check_origin(request, c.settings, required=False)
     body = await read_json(request, Registration)
-    c.registrations.hit(f"addr:{_client(request)}", "new accounts")
+    await in_thread(c.registrations.hit, c.db, f"addr:{_client(request)}", "new accounts")
     password_hash = await in_thread(hash_password, body.password)
     user = await in_thread(create_user, c.db, body.username, password_hash)
     await in_thread(

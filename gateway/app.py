@@ -29,7 +29,7 @@ from . import (
     telemetry,
     v1,
 )
-from .auth import LoginThrottle, RateLimit
+from .auth import LoginThrottle
 from .context import Context
 from .db import Database
 from .errors import HANDLERS
@@ -42,7 +42,8 @@ from .indexes import settings as index_settings
 from .jobs import routes as jobs
 from .limits import BodyLimit
 from .proxy import ProxyHeaders
-from .quotas import TurnSlots, upload_slots
+from .quotas import upload_slots
+from .ratelimits import RateLimit
 from .settings import Settings
 from .sync import routes as sync_sources
 from .turns import routes as turns
@@ -87,7 +88,6 @@ def create_app(settings: Settings | None = None) -> Starlette:
             throttle=throttle,
             address_throttle=address_throttle,
             registrations=registrations,
-            turn_slots=TurnSlots(per_user=settings.max_turns_per_user),
             upload_slots=upload_slots(settings.max_uploads_per_user),
             key_limits=RateLimit(limit=settings.api_key_rate_limit, window_s=settings.api_key_rate_window_s),
         )
@@ -95,6 +95,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
         sweeper = asyncio.create_task(
             lifecycle.sweep_forever(db, settings.turn_lock_stale_s), name="turn-sweeper"
         )
+        # The /v1 turns this process relays keep their rows alive (MAX_TURNS_PER_USER on every process).
+        from .turns.running import beat_v1_forever
+
+        v1_beat = asyncio.create_task(beat_v1_forever(app.state.ctx), name="v1-turns")
         # Jobs: queued ones, and those left by a replica that died, are taken up now and whenever found later.
         app.state.ctx.jobs.start()
         # Sources with a schedule (gateway/sync/schedule.py): each replica polls; one claims each due run.
@@ -108,6 +112,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         finally:
             sweeper.cancel()
             scheduler.cancel()
+            v1_beat.cancel()
             # Running jobs are handed back (queued again, their committed files kept) for the next replica.
             await app.state.ctx.jobs.stop()
             backfill.cancel()
@@ -121,6 +126,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await worker.aclose()
             db.dispose()
             telemetry.shutdown_tracing()
+            metrics.process_ended()
 
     api_routes = [
         *accounts.routes,

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import time
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jwt
 from passlib.context import CryptContext
 
-from .errors import TooManyRequests, Unauthorized
+from .errors import Unauthorized
 
 ALGORITHM = "HS256"
 _passwords = CryptContext(schemes=["argon2"], deprecated="auto")
@@ -110,32 +107,3 @@ class LoginThrottle:
         if failures < self.free:
             return 0.0
         return min(self.max_delay_s, self.base_delay_s * 2 ** (failures - self.free))
-
-
-@dataclass
-class RateLimit:
-    """At most `limit` events per key inside a sliding window of `window_s` seconds (new accounts per address,
-    requests per API key)."""
-
-    limit: int
-    window_s: float
-    clock: Callable[[], float] = time.monotonic
-    _events: dict[str, deque[float]] = field(default_factory=dict)
-
-    def hit(self, key: str, what: str = "requests", source: str = "from this address") -> None:
-        """Count one event for `key`, or raise 429 (with Retry-After) when the key has used its allowance."""
-        now = self.clock()
-        events = self._events.setdefault(key, deque())
-        while events and now - events[0] >= self.window_s:
-            events.popleft()
-        if len(events) >= self.limit:
-            retry = max(1, math.ceil(self.window_s - (now - events[0])))
-            raise TooManyRequests(
-                f"too many {what} {source}: try again in {retry} s",
-                code="rate_limited",
-                headers={"Retry-After": str(retry)},
-            )
-        events.append(now)
-        if len(self._events) > 10_000:  # bounded memory under a spray of addresses
-            for k in [k for k, v in self._events.items() if not v or now - v[-1] >= self.window_s]:
-                del self._events[k]

@@ -17,10 +17,11 @@ from contract import observe
 from contract.text import lone_surrogate_at, surrogate_refusal
 
 from . import keys
-from .auth import LoginThrottle, RateLimit, read_claims
+from .auth import LoginThrottle, read_claims
 from .db import Database, User
 from .errors import BadRequest, Forbidden, NotFound, Unauthorized
 from .quotas import TurnSlots, upload_slots
+from .ratelimits import RateLimit
 from .schemas import MAX_ID
 from .sessions import check_cookie_request, request_token
 from .settings import Settings
@@ -37,14 +38,14 @@ class Context:
     worker: WorkerClient
     jwt_secret: str
     throttle: LoginThrottle
-    # Failed logins per client address (any account), and new accounts per address.
+    # Failed logins per client address (any account), and new accounts per address (both in the database).
     address_throttle: LoginThrottle = field(default_factory=LoginThrottle)
     registrations: RateLimit = field(default_factory=lambda: RateLimit(limit=10, window_s=3600))
-    # Running turns per user (MAX_TURNS_PER_USER), counted in this process.
-    turn_slots: TurnSlots = field(default_factory=lambda: TurnSlots(per_user=4))
+    # The rows of the /v1 turns this process relays (gateway/turns/running.py), kept alive by its heartbeat.
+    v1_turns: set[int] = field(default_factory=set)
     # Uploads being indexed per user (MAX_UPLOADS_PER_USER), counted in this process.
     upload_slots: TurnSlots = field(default_factory=lambda: upload_slots(4))
-    # Requests per API key (API_KEY_RATE_LIMIT per API_KEY_RATE_WINDOW_S), counted in this process.
+    # Requests per API key (API_KEY_RATE_LIMIT per API_KEY_RATE_WINDOW_S), counted in the database.
     key_limits: RateLimit = field(default_factory=lambda: RateLimit(limit=120, window_s=60))
     # Turns still being read from the worker, kept referenced so a browser disconnect cannot drop them.
     running: set[asyncio.Task] = field(default_factory=set)

@@ -32,7 +32,6 @@ from sqlalchemy import (
 )
 from sqlalchemy import Index as SqlIndex
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, Session, SQLModel, create_engine, select
 
 from .answers import from_columns
@@ -178,6 +177,27 @@ class LoginFailure(SQLModel, table=True):
     key: str = Field(primary_key=True, max_length=200)
     count: int = 0
     expires_at: float = Field(default=0.0, index=True)  # epoch seconds: the window ends, the row goes
+
+
+class RateEvent(SQLModel, table=True):
+    """One counted event of a rate limit (a new account from an address, a request with an API key), kept until
+    its window ends: every gateway process and replica counts the same rows (gateway/ratelimits.py)."""
+
+    __tablename__ = "rate_events"
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(max_length=200, index=True)
+    expires_at: float = Field(default=0.0, index=True)  # epoch seconds: the event leaves the window
+
+
+class RunningTurn(SQLModel, table=True):
+    """A `/v1` turn being relayed (it stores no chat): counted with the account's chat turns against
+    MAX_TURNS_PER_USER on every process, alive while its process's heartbeat refreshes `expires_at`
+    (gateway/turns/running.py)."""
+
+    __tablename__ = "running_turns"
+    id: int | None = Field(default=None, primary_key=True)
+    user_id: int = Field(index=True)
+    expires_at: float = Field(default=0.0, index=True)  # epoch seconds
 
 
 class Group(SQLModel, table=True):
@@ -534,6 +554,12 @@ def _sync_failures(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE index_source_files ADD COLUMN failure JSON NULL"))
 
 
+def _rate_events(conn: Connection) -> None:
+    """Rate limits and `/v1` turns counted in the database (they were counted in each process's memory)."""
+    RateEvent.__table__.create(conn, checkfirst=True)
+    RunningTurn.__table__.create(conn, checkfirst=True)
+
+
 # (version, name, change). Append only; a deployed version is never edited.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema", _initial_schema),
@@ -553,11 +579,13 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     ),
     (12, "each index's embedder and full-text language", _index_languages),
     (13, "a sync file's lasting failure, kept until the file changes", _sync_failures),
+    (14, "rate limits and /v1 turns counted in the database, shared by every gateway process", _rate_events),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
 READ_ONLY = "gateway_read_only"  # the execution option of Database.read's sessions
+MIGRATION_LOCK_KEY = 0x6761_7465_776179  # Postgres advisory lock of migrate(): "gateway" in hex
 
 
 def make_engine(url: str) -> Engine:
@@ -651,25 +679,35 @@ class Database:
         return timed(self.engine.begin())
 
     def migrate(self) -> int:
-        SchemaMigration.__table__.create(self.engine, checkfirst=True)
-        with self.session() as s:
+        """Apply the migrations not applied yet. Safe with several processes starting at once: each migration
+        runs in a transaction that first takes the database's migration lock (SQLite: its write lock, BEGIN
+        IMMEDIATE; Postgres: an advisory lock) and checks again that nobody applied it meanwhile."""
+        with self.engine.begin() as conn:
+            self._migration_lock(conn)
+            SchemaMigration.__table__.create(conn, checkfirst=True)
+        with self.read() as s:
             applied = set(s.exec(select(SchemaMigration.version)).all())
+        versions = SchemaMigration.__table__.c.version
         for version, name, change in MIGRATIONS:
             if version in applied:
                 continue
-            try:
-                with self.engine.begin() as conn:
-                    change(conn)
-                    conn.execute(
-                        SchemaMigration.__table__.insert().values(
-                            version=version, name=name, applied_at=utcnow()
-                        )
-                    )
-                log.info("database migrated to version %d (%s)", version, name)
-            except IntegrityError:
-                # Another gateway process applied it at the same moment.
-                log.info("migration %d was applied by another process", version)
+            with self.engine.begin() as conn:
+                self._migration_lock(conn)
+                if conn.execute(select(versions).where(versions == version)).first() is not None:
+                    log.info("migration %d was applied by another process", version)
+                    continue
+                change(conn)
+                conn.execute(
+                    SchemaMigration.__table__.insert().values(version=version, name=name, applied_at=utcnow())
+                )
+            log.info("database migrated to version %d (%s)", version, name)
         return self.current_version()
+
+    @staticmethod
+    def _migration_lock(conn: Connection) -> None:
+        """Held until the transaction ends. SQLite's BEGIN IMMEDIATE (make_engine) already serialises writers."""
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
 
     def current_version(self) -> int:
         with self.session() as s:

@@ -24,9 +24,9 @@ from datetime import UTC, datetime, timedelta
 from sqlmodel import col, select, update
 from starlette.requests import Request
 
-from .auth import RateLimit
 from .db import ApiKey, Database, User, utcnow
 from .errors import Forbidden, Unauthorized
+from .ratelimits import RateLimit
 
 KEY_PREFIX = "rag_"
 VISIBLE_CHARS = 12  # "rag_" and 8 characters of the secret: enough to tell keys apart, nothing to guess with
@@ -118,7 +118,7 @@ def authenticate(db: Database, limits: RateLimit, secret: str, request: Request)
         raise Unauthorized("the account of this API key no longer exists", code="key_invalid")
     if user.disabled:
         raise Unauthorized("this account has been disabled by an administrator", code="account_disabled")
-    limits.hit(f"key:{key.id}", "requests", "with this API key")
+    limits.hit(db, f"key:{key.id}", "requests", "with this API key")
     if key.read_only and not may_send(request.method, request.url.path):
         raise Forbidden(
             "this API key is read-only: it can ask and read, not change anything", code="read_only_key"

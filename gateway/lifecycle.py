@@ -54,6 +54,15 @@ def stale_condition(stale_s: float):
     )
 
 
+def live_condition(stale_s: float):
+    """SQL: a turn runs in the chat, its owner alive (the lock is held and refreshed within `stale_s`)."""
+    cutoff = utcnow() - timedelta(seconds=stale_s)
+    return col(Chat.turn_started_at).is_not(None) & (
+        (col(Chat.turn_heartbeat_at).is_not(None) & (col(Chat.turn_heartbeat_at) >= cutoff))
+        | (col(Chat.turn_heartbeat_at).is_(None) & (col(Chat.turn_started_at) >= cutoff))
+    )
+
+
 def interrupt_running(s: Session | Connection, chat_id: int, reason: str = CRASHED) -> int:
     """Mark the chat's `running` messages interrupted, keeping their partial text. Returns how many."""
     result = s.execute(

@@ -3,7 +3,8 @@
 Names follow Prometheus conventions (`_total` counters, `_seconds` durations); labels take a small fixed set of
 values (route templates such as `/api/chats/{id:int}/messages/stream`, never a raw path; outcomes; statuses),
 never a user, a chat or any text. The gateway is one process (uvicorn); should several share a folder named by
-PROMETHEUS_MULTIPROC_DIR, the scrape sums them as the worker's does.
+PROMETHEUS_MULTIPROC_DIR (`python -m gateway serve` names one when GATEWAY_WORKERS > 1), the scrape sums them as
+the worker's does.
 
 `/metrics` answers a client on this machine (not relayed by a proxy), the worker's key (WORKER_API_KEY, so one
 Prometheus credential scrapes both services) or an administrator's token (Bearer or the session cookie). Another caller without a valid token gets the usual 401; a signed-in non-administrator the 404
@@ -145,3 +146,15 @@ routes = [
         ),
     ),
 ]
+
+
+def process_ended() -> None:
+    """Multi-process mode: this process's live gauges stop counting (uvicorn has no hook like gunicorn's)."""
+    from contract.metrics import is_multiprocess
+
+    if is_multiprocess():
+        import os
+
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(os.getpid())

@@ -3,8 +3,9 @@ length.
 
 A turn holds worker threads (the embedded model's, or an Ollama slot) for as long as it runs, and an upload holds
 the worker's converter and embedder, so one account with many chats or files open could occupy all of them.
-Counted in this gateway process (unlike failed logins); a deployment with several gateway replicas multiplies the
-allowance by their number.
+Running turns are counted in the database, on every gateway process and replica (gateway/turns/running.py).
+Uploads: the account's unfinished upload jobs in the database, plus the uploads this process is receiving
+(gateway/indexes/uploads.py), counted again in the transaction that queues the job.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class TurnSlot:
 
 @dataclass
 class TurnSlots:
-    """Work one user has running in this process: turns (MAX_TURNS_PER_USER) or uploads (MAX_UPLOADS_PER_USER)."""
+    """Uploads one user is sending to this process (MAX_UPLOADS_PER_USER, beside its unfinished jobs)."""
 
     per_user: int
     running: dict[int, int] = field(default_factory=dict)

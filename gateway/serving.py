@@ -37,3 +37,15 @@ if HttpToolsProtocol is not None:
     PROTOCOL = HalfCloseHttpTools
 else:
     PROTOCOL = HalfCloseH11
+
+
+def process_app():
+    """The app of one of several uvicorn processes (`GATEWAY_WORKERS` > 1): a spawned process configures its own
+    logging (the parent's does not carry over) and reads its settings from the environment it inherited."""
+    import os
+
+    from contract.observe import configure
+    from gateway.app import create_app
+
+    configure("gateway", os.environ.get("LOG_LEVEL", "info"))
+    return create_app()

@@ -11,6 +11,19 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+MAX_GATEWAY_WORKERS = 64
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on (a container's cpuset included)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_workers() -> int:
+    return min(cpu_count(), MAX_GATEWAY_WORKERS)
 
 
 def private_dir(path: Path) -> Path:
@@ -72,8 +85,8 @@ class Settings(BaseSettings):
     # Uploads one account may have being indexed at once (the web sends two at a time).
     max_uploads_per_user: int = Field(default=4, alias="MAX_UPLOADS_PER_USER", ge=1)
     max_tokens: int = Field(default=2048, alias="MAX_TOKENS", ge=1, le=8192)
-    # API keys (gateway/keys.py): requests one key may make inside the window (counted in this process, like
-    # the turn allowance), and the keys one account may hold at once.
+    # API keys (gateway/keys.py): requests one key may make inside the window (counted in the database, shared by
+    # every process and replica: gateway/ratelimits.py), and the keys one account may hold at once.
     api_key_rate_limit: int = Field(default=120, alias="API_KEY_RATE_LIMIT", ge=1)
     api_key_rate_window_s: float = Field(default=60.0, alias="API_KEY_RATE_WINDOW_S", gt=0)
     max_api_keys_per_user: int = Field(default=50, alias="MAX_API_KEYS_PER_USER", ge=1)
@@ -110,6 +123,11 @@ class Settings(BaseSettings):
     sync_poll_s: float = Field(default=30.0, alias="SYNC_POLL_S", gt=0, le=3600)
 
     web_dir: Path = Field(default=REPO_ROOT / "web", alias="WEB_DIR")
+    # uvicorn processes `python -m gateway serve` starts on its one port (1 to 64; default: the CPUs it may use).
+    # They share everything a turn, a limit or a job needs through the database (docs/design/ARCHITECTURE.md).
+    gateway_workers: int = Field(
+        default_factory=default_workers, alias="GATEWAY_WORKERS", ge=1, le=MAX_GATEWAY_WORKERS
+    )
 
     @field_validator("worker_api_key", mode="before")
     @classmethod
@@ -117,6 +135,14 @@ class Settings(BaseSettings):
         # docker compose passes WORKER_API_KEY="" when none is set: that means no key, as on the worker.
         if value is None or (isinstance(value, str) and not value.strip()):
             return None
+        return value
+
+    @field_validator("gateway_workers", mode="before")
+    @classmethod
+    def _empty_workers_is_the_default(cls, value):
+        # docker compose passes GATEWAY_WORKERS="" when none is set: that means one process per CPU.
+        if isinstance(value, str) and not value.strip():
+            return default_workers()
         return value
 
     @field_validator("sync_roots")

@@ -45,6 +45,7 @@ from .schemas import DatasetName, StopSequence, TurnChoice, TurnRequest, _datase
 from .sse import SSE_HEADERS
 from .streams import send_once_more, unreachable
 from .turns.plan import default_options, trim_history
+from .turns.running import release_v1, take_v1
 
 log = logging.getLogger("gateway.v1")
 
@@ -317,11 +318,12 @@ async def chat_completions(request: Request) -> Response:
         "datasets": body.datasets,
         "options": options,
     }
-    slot = c.turn_slots.take(user.id)  # MAX_TURNS_PER_USER, shared with the user's web turns
+    # MAX_TURNS_PER_USER, shared with the user's chat turns: a row counted in the database on any process.
+    turn_id = await in_thread(take_v1, c, user.id)
     try:
         resp = await _send(c, payload)
     except BaseException:
-        slot.release()
+        await in_thread(release_v1, c, turn_id)
         raise
     if not body.stream:
         try:
@@ -330,7 +332,7 @@ async def chat_completions(request: Request) -> Response:
             raise WorkerFailed(f"the worker's answer could not be read ({type(exc).__name__})") from None
         finally:
             await resp.aclose()
-            slot.release()
+            await in_thread(release_v1, c, turn_id)
         return Response(raw, media_type="application/json")
 
     async def relay() -> AsyncIterator[bytes]:
@@ -352,7 +354,7 @@ async def chat_completions(request: Request) -> Response:
         try:
             await resp.aclose()
         finally:
-            slot.release()
+            await in_thread(release_v1, c, turn_id)
 
     return StreamingResponse(
         relay(), media_type="text/event-stream", headers=SSE_HEADERS, background=BackgroundTask(close)

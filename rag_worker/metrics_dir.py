@@ -1,30 +1,8 @@
-"""The folder of prometheus_client's multi-process mode, set up before gunicorn forks.
-
-Kept apart from rag_worker/metrics.py on purpose: prometheus_client chooses its mode when it is first imported,
-so the master process must name the folder before anything imports it (the forked processes inherit both).
-"""
+"""The folder of prometheus_client's multi-process mode, set up before gunicorn forks (contract/metrics_dir.py,
+shared with the gateway's several uvicorn processes)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from contract.metrics_dir import MULTIPROC_ENV, prepare_multiprocess_dir
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-
-def prepare_multiprocess_dir(workers: int) -> str | None:
-    """Before gunicorn forks: the folder of multi-process mode, emptied of a previous run's files; one is made
-    in the temporary folder when several processes start and none is named. None: one process, plain mode."""
-    path = os.environ.get(MULTIPROC_ENV)
-    if not path and workers <= 1:
-        return None
-    if not path:
-        import tempfile
-
-        path = tempfile.mkdtemp(prefix="rag-worker-metrics-")
-        os.environ[MULTIPROC_ENV] = path
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob("*.db"):
-        stale.unlink(missing_ok=True)
-    return path
+__all__ = ["MULTIPROC_ENV", "prepare_multiprocess_dir"]

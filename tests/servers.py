@@ -116,6 +116,15 @@ class ServerProcess:
         self.stop()
 
 
+def processes(service: str) -> str:
+    """How many processes the fixtures start a service with: TEST_WORKER_WORKERS / TEST_GATEWAY_WORKERS (default
+    1; CI may run the suite with 2 of each), unless a test's own env names WORKER_WORKERS / GATEWAY_WORKERS."""
+    value = os.environ.get(f"TEST_{service}_WORKERS", "1").strip() or "1"
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"TEST_{service}_WORKERS must be a whole number of at least 1, not {value!r}")
+    return value
+
+
 def worker_process(tmp: Path, *, env: dict[str, str] | None = None, port: int | None = None) -> ServerProcess:
     """The real worker: `python -m rag_worker serve` (gunicorn + gevent) with its data under `tmp`."""
     port = port or free_port()
@@ -124,7 +133,7 @@ def worker_process(tmp: Path, *, env: dict[str, str] | None = None, port: int | 
         "UPLOADS_DIR": str(tmp / "shared_uploads"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
-        "WORKER_WORKERS": "1",
+        "WORKER_WORKERS": processes("WORKER"),
     }
     return ServerProcess(
         [sys.executable, "-m", "rag_worker", "serve", "--port", str(port)],
@@ -143,6 +152,7 @@ def gateway_process(
         "INDEX_STORE": str(tmp / "index_store"),
         "UPLOADS_DIR": str(tmp / "shared_uploads"),
         "WORKER_URL": worker_url,
+        "GATEWAY_WORKERS": processes("GATEWAY"),
     }
     return ServerProcess(
         [sys.executable, "-m", "gateway", "serve", "--port", str(port)],

@@ -68,7 +68,9 @@ async def upload_document(request: Request) -> Response:
     # Before reading the body: an index the user may not change is a 404, not a 413.
     index = await in_thread(read_index, c, user, index_id, EDITOR)
     # MAX_UPLOADS_PER_USER: a 429 before the body is read when the account has that many uploads queued or being
-    # indexed (its unfinished upload jobs, on every replica, and the uploads this process is receiving).
+    # indexed (its unfinished upload jobs, on every replica, and the uploads this process is receiving). The same
+    # count is taken again in the transaction that queues the job (jobs/store.create, `at_most`): an upload
+    # another process received meanwhile is counted there, and this one is refused and removed.
     unfinished = await in_thread(unfinished_uploads, c, user.id)
     if unfinished + c.upload_slots.running.get(user.id, 0) >= c.settings.max_uploads_per_user:
         raise TooManyRequests(

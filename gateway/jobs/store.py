@@ -8,7 +8,8 @@ from datetime import timedelta
 from sqlalchemy import func
 from sqlmodel import col, select, update
 
-from ..db import Database, Job, JobFile, utcnow
+from ..db import Database, Job, JobFile, User, utcnow
+from ..errors import TooManyRequests
 
 ACTIVE = ("queued", "running")
 FINISHED = ("done", "failed", "cancelled")
@@ -16,10 +17,32 @@ OPEN_FILE = ("pending", "running")
 
 
 def create(
-    db: Database, kind: str, index_id: int, user_id: int | None, params: dict, files: list[dict]
+    db: Database,
+    kind: str,
+    index_id: int,
+    user_id: int | None,
+    params: dict,
+    files: list[dict],
+    at_most: int | None = None,
 ) -> Job:
-    """A queued job and its files (each a dict of JobFile's fields), in one transaction."""
+    """A queued job and its files (each a dict of JobFile's fields), in one transaction. `at_most`: a 429 when the
+    user already has that many unfinished jobs of this kind, counted in the same transaction (one account's
+    jobs are created one at a time: its user row is locked on Postgres, and SQLite writes one at a time), so
+    gateway processes and replicas receiving at once never queue more."""
     with db.session() as s:
+        if at_most is not None and user_id is not None:
+            s.exec(select(User.id).where(col(User.id) == user_id).with_for_update())
+            unfinished = s.exec(
+                select(func.count())
+                .select_from(Job)
+                .where(col(Job.user_id) == user_id, col(Job.kind) == kind, col(Job.state).in_(ACTIVE))
+            ).one()
+            if unfinished >= at_most:
+                raise TooManyRequests(
+                    f"you already have {at_most} files being indexed: wait for one to finish",
+                    code="too_many_uploads",
+                    headers={"Retry-After": "5"},
+                )
         job = Job(kind=kind, index_id=index_id, user_id=user_id, params=params, total=len(files))
         s.add(job)
         s.flush()

@@ -89,6 +89,7 @@ def queue_upload(
                     "bytes": size,
                 }
             ],
+            at_most=c.settings.max_uploads_per_user,
         )
     except BaseException:
         import shutil

@@ -16,6 +16,7 @@ from ..db import Chat, Index, IndexDocument, Message, SettingRow, User, utcnow
 from ..errors import BadRequest, Conflict
 from ..gate import should_use_rag
 from ..schemas import TurnRequest
+from .running import live_turns, lock_account, refuse_past_limit
 from .state import TurnPlan
 
 TURN_OPTIONS_KEY = "turn_options"
@@ -115,14 +116,19 @@ def read_plan(s: Session, c: Context, user: User, chat: Chat, body: TurnRequest)
         needs_title=chat.title is None,
         payload=payload,
         gate={"layer": 1, "route": route, "reason": reason},
+        user_id=user.id or 0,
     )
 
 
 def start(conn: Connection, c: Context, plan: TurnPlan, seen: datetime | None) -> bool:
     """Take the chat's turn lock for this replica (if it is free or stale, and, given `seen`, the chat not
-    changed since) and store both messages, the answer `running`, the lock pointed at it. False: not taken."""
+    changed since) and store both messages, the answer `running`, the lock pointed at it. False: not taken.
+    A 429 when the account already has MAX_TURNS_PER_USER turns running, on any gateway process."""
     now = utcnow()
     chats = Chat.__table__
+    # One start per account at a time (Postgres: the user's row, locked to the end of this transaction; SQLite
+    # runs one write transaction at a time already), so two processes cannot both count N-1 and both start.
+    lock_account(conn, plan.user_id)
     taken = conn.execute(
         update(Chat)
         .where(col(Chat.id) == plan.chat_id)
@@ -138,6 +144,7 @@ def start(conn: Connection, c: Context, plan: TurnPlan, seen: datetime | None) -
     )
     if taken.rowcount != 1:
         return False
+    check_running_turns(conn, c, plan)
     # A turn whose owner died without a trace of it in the lock (taken over just now) is interrupted.
     lifecycle.interrupt_running(conn, plan.chat_id)
     plan.user_message_id = insert_message(conn, plan, "user", plan.message, now)
@@ -148,6 +155,12 @@ def start(conn: Connection, c: Context, plan: TurnPlan, seen: datetime | None) -
         .values(turn_message_id=plan.message_id, updated_at=now)
     )
     return True
+
+
+def check_running_turns(conn: Connection, c: Context, plan: TurnPlan) -> None:
+    """MAX_TURNS_PER_USER, counted in the database: the account's other chats with a live turn (a turn whose
+    owner died stops counting once its heartbeat is stale) and its `/v1` turns. Raising rolls the lock back."""
+    refuse_past_limit(c, live_turns(conn, c, plan.user_id, but=plan.chat_id))
 
 
 def insert_message(conn: Connection, plan: TurnPlan, role: str, content: str, now: datetime) -> int:

@@ -32,19 +32,14 @@ async def start_turn(request: Request) -> tuple[Context, TurnHandle, asyncio.Que
     user, c, chat_id = await current_user(request), ctx(request), path_id(request)
     # Within this server's limits and what an administrator allows (the model, prompt overrides, presets).
     body = await allowed_turn(c, user, await read_json(request, TurnRequest))
-    slot = c.turn_slots.take(user.id)  # MAX_TURNS_PER_USER: a 429 when the account has that many running
-    try:
-        plan = await in_thread(plan_turn, c, user, chat_id, body)
-    except BaseException:
-        slot.release()
-        raise
+    # MAX_TURNS_PER_USER: a 429 when the account has that many running, on any process (plan.check_running_turns).
+    plan = await in_thread(plan_turn, c, user, chat_id, body)
     handle = TurnHandle(plan)
     out = handle.listen()
     c.turns[plan.chat_id] = handle
     handle.task = asyncio.create_task(run_turn(c, handle), name=f"turn-chat-{chat_id}")
     c.running.add(handle.task)
     handle.task.add_done_callback(c.running.discard)
-    handle.task.add_done_callback(slot.release)
     return c, handle, out
 
 

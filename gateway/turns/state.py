@@ -29,6 +29,7 @@ class TurnPlan:
     message_id: int = 0
     user_message_id: int = 0
     gate: dict = field(default_factory=dict)
+    user_id: int = 0
 
 
 @dataclass

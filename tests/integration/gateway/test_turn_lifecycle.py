@@ -23,6 +23,7 @@ from tests.servers import gateway_process, worker_process
 
 STALE_S = 3.0  # TURN_LOCK_STALE_S for these gateways: a crashed turn frees its chat after this
 EXTRA_WORDS = 400
+KEY_LIMIT = 20  # API_KEY_RATE_LIMIT for these gateways (per minute)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,7 @@ def cluster(request, cluster_worker, fake):
         "TURN_LOCK_STALE_S": str(STALE_S),
         "TURN_HEARTBEAT_S": "0.5",
         "JWT_SECRET": "lifecycle-test-secret-shared-by-both-replicas",
+        "API_KEY_RATE_LIMIT": str(KEY_LIMIT),
     }
     with contextlib.ExitStack() as stack:
         if request.param != "sqlite":
@@ -651,3 +653,73 @@ def test_a_revoked_reader_loses_the_index_mid_conversation_and_nothing_of_it_rea
     deleted = a.get("/api/audit", params={"action": "document.delete", "limit": 200}, headers=carol).json()
     [gone] = [e for e in deleted["events"] if e["actor_name"] == "olga"]
     assert (gone["detail"]["filename"], gone["detail"]["index"]) == ("duck.md", "Handbook")
+
+
+# ---- 7. Limits hold across gateway processes -------------------------------------------------------------------
+# A and B are two processes; what one account may do at once, or per window, is counted in the database, so
+# alternating between them (as a load balancer, or the kernel spreading connections over GATEWAY_WORKERS, does)
+# gains nothing.
+
+
+def test_running_turns_per_account_are_counted_across_processes(cluster, a, b, slow):
+    erin = register(a, "erin")
+    chats = [new_chat(a, erin) for _ in range(5)]
+    urls = [cluster[1].url, cluster[2].url]
+    turns = [
+        Turn(urls[i % 2], chat_id, erin, message="Tell me a long story")
+        for i, chat_id in enumerate(chats[:4])
+    ]
+    for turn in turns:
+        turn.wait_tokens(2)
+    for client in (a, b):  # MAX_TURNS_PER_USER is 4: two running on each process already make four
+        r = client.post(f"/api/chats/{chats[4]}/messages", json={"message": "one more?"}, headers=erin)
+        assert (r.status_code, r.json()["code"]) == (429, "too_many_turns"), r.text
+        assert r.headers["Retry-After"]
+        # A /v1 turn counts against the same allowance, whichever process relays it.
+        question = {"model": "direct", "messages": [{"role": "user", "content": "one more?"}]}
+        r = client.post("/v1/chat/completions", json=question, headers=erin)
+        assert (r.status_code, r.json()["error"]["code"]) == (429, "too_many_turns"), r.text
+    # Stopped from the process that does not own each one: the allowance comes back at once.
+    for i, (turn, chat_id) in enumerate(zip(turns, chats, strict=False)):
+        r = (b if i % 2 == 0 else a).post(f"/api/chats/{chat_id}/stop", headers=erin)
+        assert (r.status_code, r.json()["status"]) == (200, "interrupted"), r.text
+        turn.join(30)
+    slow.token_delay_s = 0.0
+    assert "saved" in dict(stream_turn(b, chats[4], erin, message="one more?"))
+
+
+def test_an_api_keys_allowance_is_counted_across_processes(a, b):
+    frank = register(a, "frank")
+    key = a.post("/api/keys", json={"name": "script"}, headers=frank)
+    assert key.status_code == 201, key.text
+    bearer = {"Authorization": f"Bearer {key.json()['key']}"}
+    for i in range(KEY_LIMIT):
+        r = (a, b)[i % 2].get("/api/chats", headers=bearer)
+        assert r.status_code == 200, (i, r.text)
+    for client in (a, b):
+        r = client.get("/api/chats", headers=bearer)
+        assert (r.status_code, r.json()["code"]) == (429, "rate_limited"), r.text
+        assert 1 <= int(r.headers["Retry-After"]) <= 60
+    assert a.get("/api/chats", headers=frank).status_code == 200  # the account's session is not the key's
+
+
+def test_new_accounts_per_address_are_counted_across_processes(a, b):
+    proxied = {"X-Forwarded-For": "203.0.113.21"}  # one client address, as seen through the trusted proxy
+    password = "a long enough passphrase"
+    for i in range(10):  # REGISTER_LIMIT
+        r = (a, b)[i % 2].post(
+            "/api/auth/register", json={"username": f"spree{i}", "password": password}, headers=proxied
+        )
+        assert r.status_code == 201, (i, r.text)
+    for client in (a, b):
+        r = client.post(
+            "/api/auth/register", json={"username": "spree10", "password": password}, headers=proxied
+        )
+        assert (r.status_code, r.json()["code"]) == (429, "rate_limited"), r.text
+    other = {"X-Forwarded-For": "203.0.113.22"}
+    assert (
+        b.post(
+            "/api/auth/register", json={"username": "spree11", "password": password}, headers=other
+        ).status_code
+        == 201
+    )
