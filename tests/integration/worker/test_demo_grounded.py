@@ -35,9 +35,8 @@ def demo_worker(tmp_path_factory):
 
 def test_the_readme_demo_question_gets_a_grounded_answer(demo_worker):
     body = {"prompt": "How do I back up the data?", "index": "demo"}
-    # The first turn loads (and, on a fresh cache, converts) the model: ask twice, judge the second like a user
-    # who asks after the one-time conversion.
-    post_events(demo_worker.url + "/chat_stream", body, timeout=1800)
+    # One question, as a newcomer asks it: llama.cpp loads the GGUF in about a second, there is no one-time
+    # conversion to wait out first any more (the transformers path that had one is gone).
     started = time.monotonic()
     status, events = post_events(demo_worker.url + "/chat_stream", body, timeout=1800)
     took = time.monotonic() - started
