@@ -15,12 +15,13 @@ import hashlib
 import math
 import time
 
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select, update
 
 from .auth import LoginThrottle
 from .db import Database, LoginFailure
 from .errors import TooManyRequests, Unavailable
+from .ratelimits import prune_ended
 
 Guard = tuple[str, LoginThrottle]  # a key and how its failures are answered
 MAX_KEY = 200
@@ -48,7 +49,7 @@ def reserve(db: Database, guards: list[Guard], now: float | None = None) -> floa
         except IntegrityError:
             continue
         if inserted:
-            _prune(db, now)
+            prune_ended(db, LoginFailure, now)
         return delay
     raise Unavailable("the login could not be counted: try again", code="login_busy")
 
@@ -92,13 +93,3 @@ def succeeded(db: Database, cleared: list[str], given_back: list[str]) -> None:
                 .values(count=LoginFailure.count - 1)
             )
         s.commit()
-
-
-def _prune(db: Database, now: float) -> None:
-    """Drop every ended window, so a spray of usernames does not grow the table for good."""
-    try:
-        with db.session() as s:
-            s.exec(delete(LoginFailure).where(col(LoginFailure.expires_at) <= now))
-            s.commit()
-    except DBAPIError:  # another replica pruning the same rows at once (Postgres): theirs does it
-        pass

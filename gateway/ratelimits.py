@@ -68,14 +68,15 @@ class RateLimit:
             s.add(RateEvent(key=key, expires_at=now + self.window_s))
             s.commit()
         if count == 0:
-            _prune(db, now)
+            prune_ended(db, RateEvent, now)
 
 
-def _prune(db: Database, now: float) -> None:
-    """Drop every ended window's events, so a spray of addresses or keys does not grow the table for good."""
+def prune_ended(db: Database, table, now: float) -> None:
+    """Drop every ended window's rows of `table` (one with `expires_at`), so a spray of addresses, keys or
+    usernames does not grow it for good. Shared by the rate limits and the login lockout."""
     try:
         with db.session() as s:
-            s.exec(delete(RateEvent).where(col(RateEvent.expires_at) <= now))
+            s.exec(delete(table).where(col(table.expires_at) <= now))
             s.commit()
     except DBAPIError:  # another process pruning the same rows at once (Postgres): theirs does it
         pass
