@@ -24,9 +24,10 @@ async def follow(
 ) -> AsyncIterator[tuple[str, dict | None]]:
     """Yields ("job", view) first and on every change, ("progress", {position, filename, dataset, stage,
     progress}) per stage, ("keepalive", None) after `keepalive_s` of silence; ends after the job's view in a
-    finished state (or, when the first view shows it finished already, after the progress events
-    queued before that: consumers take the last view they saw as the end). `load()` (run in a thread) reads the view, raising NotFound when the job is gone. `q`: the
-    queue of `c.jobs.listen(job_id)` when the caller listened already (before the job could start)."""
+    finished state (or, when the first view shows it finished already, after the progress events queued before
+    that: consumers take the last view they saw as the end). `load()` (run in a thread) reads the view, raising
+    NotFound when the job is gone. `q`: the queue of `c.jobs.listen(job_id)` when the caller listened already
+    (before the job could start)."""
     q = q or c.jobs.listen(job_id)
     try:
         view = await in_thread(load)
