@@ -220,6 +220,9 @@ class Settings(BaseSettings):
     ungrounded_below: float = Field(default=0.42, alias="UNGROUNDED_BELOW")
     grounding_sim_weight: float = Field(default=0.5, alias="GROUNDING_SIM_WEIGHT")
     grounding_min_share: float = Field(default=0.8, alias="GROUNDING_MIN_SHARE")
+    # A supported sentence the model left without a citation gets the one of the passage that supports it (the
+    # check already knows it), so a model that answers well but forgets its [S1] still gives a cited answer.
+    cite_uncited: bool = Field(default=True, alias="CITE_UNCITED")
     # Where the passages' sentence vectors come from: `ingest` embeds each chunk's sentences when it is written
     # and stores them with it (a turn then embeds only its answer's sentences; ingestion embeds about twice the
     # text, docs/benchmarks.md "Grounding without re-embedding"); `turn` stores none and the check embeds the

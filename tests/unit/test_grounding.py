@@ -124,6 +124,37 @@ def test_a_right_citation_is_left_alone(embedder):
     assert fixed == reply and g["sentences"][0]["citation_ok"] and "corrected_from" not in g["sentences"][0]
 
 
+def test_a_supported_sentence_without_a_citation_gets_its_sources_and_an_unsupported_one_none(embedder):
+    # Qwen2.5-1.5B answered the README's demo question in its own words, every sentence supported, and cited
+    # nothing: the answer showed no source to open.
+    turn = make_turn(embedder)
+    reply = (
+        "To back up the data, stop the system, then copy both folders `index_store` and `shared_uploads`.\n"
+        "- A male duck is called a drake\n\n" + INVENTED
+    )
+    fixed, g = check.check(turn, reply, passages(), DOCS)
+    assert fixed == (
+        "To back up the data, stop the system, then copy both folders `index_store` and `shared_uploads` [S1].\n"
+        "- A male duck is called a drake [S2]\n\n" + INVENTED
+    )
+    first, second, *invented = g["sentences"]
+    assert first["citation_added"] and first["refs"] == ["S1"] and second["refs"] == ["S2"]
+    assert all(not s.get("citation_added") and s["refs"] == [] for s in invented)
+    for s in g["sentences"]:
+        assert fixed[s["start"] : s["end"]] == s["text"]
+    # Through the policy: the answer's citations name the README, and the flags say the check added them.
+    turn = make_turn(embedder)
+    shown, g, refused = review(turn, reply.split("\n")[0])
+    assert shown.endswith("`shared_uploads` [S1].") and not refused and g["action"] == "none"
+    assert turn.flags["added_citations"] == 1
+
+
+def test_cite_uncited_off_leaves_an_uncited_answer_as_written(embedder):
+    reply = "To back up the data, stop the system, then copy both folders `index_store` and `shared_uploads`."
+    fixed, g = check.check(make_turn(embedder, CITE_UNCITED=False), reply, passages(), DOCS)
+    assert fixed == reply and g["sentences"][0]["label"] == "supported" and g["sentences"][0]["refs"] == []
+
+
 # -- policies -----------------------------------------------------------------------------------------------------
 
 

@@ -11,6 +11,8 @@ docs/benchmarks.md "Grounding").
 Citations are checked on the way: a sentence whose cited sources do not back it, while another source does, gets
 its citation corrected to that source (`corrected_from` says what it cited); invented refs ([S9] with four
 sources) are replaced by the supporting source the same way, before the invented-ref cleanup drops what is left.
+A supported sentence that cites nothing gets the citation of its supporting source (`citation_added`; CITE_UNCITED):
+a model that answers from the sources but forgets its markers (Qwen2.5-1.5B often does) still gives a cited answer.
 All embeddings of one check go through `Turn.embed_texts`, one batched call whose vectors the turn keeps for
 provenance and the extractive answer.
 """
@@ -24,7 +26,15 @@ import numpy as np
 
 from ..citations import GROUP_RE
 from ..turn import Turn
-from .sentences import PassageSentence, Sentence, content_words, is_claim, passage_sentences, split_sentences
+from .sentences import (
+    PassageSentence,
+    Sentence,
+    citation_point,
+    content_words,
+    is_claim,
+    passage_sentences,
+    split_sentences,
+)
 
 SIM_WEIGHT = 0.5
 
@@ -102,6 +112,11 @@ def check(turn: Turn, reply: str, passages: dict[str, str], documents: list[dict
                 entry["corrected_from"] = s.refs
                 entry["refs"] = [plist[j].ref]
                 edits.append((*s.citation_span, f"[{plist[j].ref}]"))
+        elif lab == "supported" and plist[j].ref in known and turn.settings.cite_uncited:
+            at = citation_point(s)
+            entry["refs"], entry["citation_added"] = [plist[j].ref], True
+            entry["text"] = s.text[: at - s.start] + f" [{plist[j].ref}]" + s.text[at - s.start :]
+            edits.append((at, at, f" [{plist[j].ref}]"))
         entries.append(entry)
     for a, b, new in sorted(edits, reverse=True):
         reply = reply[:a] + new + reply[b:]

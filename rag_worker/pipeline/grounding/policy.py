@@ -128,6 +128,9 @@ class Grounder:
         return quoted, g2, False
 
     def _flag_corrections(self, g: dict) -> None:
+        added = sum(bool(s.get("citation_added")) for s in g["sentences"])
+        if added:
+            self.turn.flags["added_citations"] = added
         corrected = [s for s in g["sentences"] if s.get("corrected_from")]
         if not corrected:
             return

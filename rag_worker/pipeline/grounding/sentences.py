@@ -104,6 +104,16 @@ def _add(text: str, start: int, end: int, out: list[Sentence]) -> None:
     out.append(Sentence(stripped, plain_text(stripped), refs, s, e, span))
 
 
+_CLOSING_RE = re.compile(r"[.!?][\"')\]*_]*$")
+
+
+def citation_point(s: Sentence) -> int:
+    """Where a citation for `s` belongs in the answer: before its closing punctuation ("... folders [S1]."),
+    else at its end (a list item without a full stop)."""
+    m = _CLOSING_RE.search(s.text)
+    return s.start + (m.start() if m else len(s.text))
+
+
 def is_claim(s: Sentence) -> bool:
     """A sentence worth checking: enough content words, and not a lead-in ("From README.md:")."""
     return len(content_words(s.plain)) >= MIN_CONTENT_WORDS and not s.plain.endswith(":")
