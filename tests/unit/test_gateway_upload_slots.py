@@ -131,6 +131,10 @@ def listed(client, user, index_id) -> list[str]:
     )
 
 
+def job_states(client, user, index_id) -> list[str]:
+    return [j["state"] for j in client.get(f"/api/jobs?index={index_id}", headers=user).json()["jobs"]]
+
+
 def upload_again(client, user, index_id, name: str, timeout: float = 5.0) -> httpx.Response:
     """An upload once the account's one slot is back; its last answer if it never comes back within `timeout`."""
     deadline = time.monotonic() + timeout
@@ -262,7 +266,9 @@ def test_an_upload_whose_browser_went_before_the_answer_is_indexed_and_gives_its
     # closes the worker's stream when it is done with it.
     assert eventually(lambda: listed(client, ann, index) == ["gone.md"]), listed(client, ann, index)
     assert worker.seen == 1 and "gone.md" in worker.closed
-    # The account may upload again at once.
+    # The document is listed as soon as the worker has it; its job ends (and gives the slot back) on its next
+    # write. Once it has ended, the account may upload again at once.
+    assert eventually(lambda: job_states(client, ann, index) == ["done"]), job_states(client, ann, index)
     again = upload(client, ann, index, "again.md", accept="text/event-stream")
     assert again.status_code == 200, again.text
     assert "event: done" in again.text
