@@ -142,7 +142,7 @@ def test_a_supported_sentence_without_a_citation_gets_its_sources_and_an_unsuppo
     assert all(not s.get("citation_added") and s["refs"] == [] for s in invented)
     for s in g["sentences"]:
         assert fixed[s["start"] : s["end"]] == s["text"]
-    # Through the policy: the answer's citations name the README, and the flags say the check added them.
+    # Through the policy: the shown answer cites the README (S1), and the flags say the check added it.
     turn = make_turn(embedder)
     shown, g, refused = review(turn, reply.split("\n")[0])
     assert shown.endswith("`shared_uploads` [S1].") and not refused and g["action"] == "none"

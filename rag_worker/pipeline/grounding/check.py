@@ -113,10 +113,10 @@ def check(turn: Turn, reply: str, passages: dict[str, str], documents: list[dict
                 entry["refs"] = [plist[j].ref]
                 edits.append((*s.citation_span, f"[{plist[j].ref}]"))
         elif lab == "supported" and plist[j].ref in known and turn.settings.cite_uncited:
-            at = citation_point(s)
+            at, mark = citation_point(s), f" [{plist[j].ref}]"
             entry["refs"], entry["citation_added"] = [plist[j].ref], True
-            entry["text"] = s.text[: at - s.start] + f" [{plist[j].ref}]" + s.text[at - s.start :]
-            edits.append((at, at, f" [{plist[j].ref}]"))
+            entry["text"] = s.text[: at - s.start] + mark + s.text[at - s.start :]
+            edits.append((at, at, mark))
         entries.append(entry)
     for a, b, new in sorted(edits, reverse=True):
         reply = reply[:a] + new + reply[b:]

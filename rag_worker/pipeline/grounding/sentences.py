@@ -22,8 +22,10 @@ _CODE_RE = re.compile(r"`[^`\n]*`")
 # it, then whitespace; or at a line break.
 # A line break ends one only before a blank line, a list item, a heading, a quote or a table row (hard-wrapped
 # markdown keeps its sentences whole).
+# A sentence's closing punctuation, with the quotes, brackets or emphasis after it.
+_CLOSE = r"[.!?][\"')\]*_]*"
 _END_RE = re.compile(
-    r"[.!?][\"')\]*_]*((?:\s*\[S\d+(?:\s*[,;]\s*S\d+)*\])*)(?=\s)"
+    _CLOSE + r"((?:\s*\[S\d+(?:\s*[,;]\s*S\d+)*\])*)(?=\s)"
     r"|\n(?=[ \t]*(?:\n|[-*+][ \t]|\d+[.)][ \t]|#{1,6}[ \t]|>|\||```|~~~))"
     r"|(?<=:)\n"
 )
@@ -104,7 +106,7 @@ def _add(text: str, start: int, end: int, out: list[Sentence]) -> None:
     out.append(Sentence(stripped, plain_text(stripped), refs, s, e, span))
 
 
-_CLOSING_RE = re.compile(r"[.!?][\"')\]*_]*$")
+_CLOSING_RE = re.compile(_CLOSE + "$")
 
 
 def citation_point(s: Sentence) -> int:
