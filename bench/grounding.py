@@ -186,6 +186,11 @@ def examples(cases, texts, tfidf, rng):
 # -- the passages' vectors as the worker stores them (SENTENCE_VECTORS=ingest) ----------------------------------------
 
 
+def passage_wholes(exs) -> set[str]:
+    """The whole passages of the check's examples (what a pooled forward pass reads)."""
+    return {text for _, _, passages, _ in exs for text in passages.values()}
+
+
 def passage_texts(exs, cases, texts, tfidf, extractive_cases: int | None) -> set[str]:
     """Every passage sentence the run reads (the check's and the extractive answer's)."""
     from rag_worker.pipeline.grounding.sentences import passage_sentences
@@ -212,6 +217,62 @@ def stored_turn(turn, passages: set[str]):
     for text in passages & set(turn._vectors):
         vec = np.asarray(turn._vectors[text], dtype=np.float16)
         other._vectors[text] = decode_sentences([text], vec.tobytes(), vec.shape[0])[text]
+    return other
+
+
+def pooled_turn(turn, texts_of_passages: set[str], window: int = 254):
+    """A turn like `turn` whose passage sentences' vectors are pooled out of their passage's own forward pass
+    (each passage cut at sentence ends into windows of at most `window` tokens, as chunks are; each sentence the
+    mean of its tokens' last hidden states, L2-normalised) instead of embedded on their own: the signal that would
+    cost ingestion nothing (issue 31, item 1). Measured, not shipped (docs/benchmarks.md)."""
+    import copy
+
+    import torch
+
+    from rag_worker.pipeline.grounding.sentences import passage_sentences
+
+    emb = turn.services.embedder
+    other = copy.copy(turn)
+    other._vectors = dict(turn._vectors)
+    pooled: dict[str, np.ndarray] = {}
+    done = 0
+    for text in sorted(texts_of_passages):
+        sents = passage_sentences("x", text)
+        if not sents:
+            continue
+        # windows of whole sentences
+        windows, cur = [], []
+        for p in sents:
+            n = emb.count_tokens(p.text) + 1
+            if cur and sum(c[1] for c in cur) + n > window:
+                windows.append(cur)
+                cur = []
+            cur.append((p, n))
+        if cur:
+            windows.append(cur)
+        for win in windows:
+            a, b = win[0][0].start, win[-1][0].end
+            chunk = text[a:b]
+            enc = emb._tok(
+                [chunk],
+                truncation=True,
+                max_length=emb.max_length,
+                return_tensors="pt",
+                return_offsets_mapping=True,
+            )
+            offsets = enc.pop("offset_mapping")[0].tolist()
+            with torch.inference_mode():
+                hidden = emb._model(**enc).last_hidden_state[0]
+            for p, _ in win:
+                s0, e0 = p.start - a, p.end - a
+                idx = [j for j, (x, y) in enumerate(offsets) if y > x and y > s0 and x < e0]
+                if not idx or p.text in pooled:  # cut off by the window, or pooled in an earlier passage
+                    continue
+                v = torch.nn.functional.normalize(hidden[idx].mean(0), dim=0)
+                pooled[p.text] = v.numpy().astype(np.float32)
+        done += 1
+    other._vectors.update(pooled)
+    print(f"  pooled the sentences of {done} passages", file=sys.stderr, flush=True)
     return other
 
 
@@ -367,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight", type=float, default=None, help="calibration: fix the similarity weight")
     parser.add_argument(
         "--passages",
-        choices=("stored", "embedded", "both"),
+        choices=("stored", "embedded", "both", "pooled"),
         default="both",
         help="passage vectors as the store keeps them (float16, what SENTENCE_VECTORS=ingest ships), as a turn "
         "embeds them (SENTENCE_VECTORS=turn), or both in the same run (the calibration is the stored one's)",
@@ -400,7 +461,9 @@ def main(argv: list[str] | None = None) -> int:
         counts = Counter(e[0] for e in exs)
         print(f"SciFact train: {len(cases)} claims; examples {dict(counts)}", file=sys.stderr, flush=True)
         prefetch(turn, exs, cases, texts, tfidf, 0)
-        if args.passages != "embedded":
+        if args.passages == "pooled":
+            cal = calibrate(pooled_turn(turn, passage_wholes(exs)), exs, args.weight)
+        elif args.passages != "embedded":
             plain = calibrate(turn, exs, args.weight) if args.passages == "both" else None
             cal = calibrate(stored_turn(turn, passage_texts(exs, cases, texts, tfidf, 0)), exs, args.weight)
             if plain is not None:
@@ -446,7 +509,12 @@ def main(argv: list[str] | None = None) -> int:
         if chosen != shipped:
             runs.append((shipped, "the thresholds shipped in rag_worker/settings.py"))
         stored = stored_turn(turn, passage_texts(exs, cases, texts, tfidf, None))
+        pooled = pooled_turn(turn, passage_wholes(exs)) if args.passages == "pooled" else None
         variants = {
+            "pooled": [
+                (pooled, "passage sentences pooled out of their passage's forward pass"),
+                (turn, "passages embedded at the turn"),
+            ],
             "stored": [(stored, "passage vectors stored at ingestion (float16)")],
             "embedded": [(turn, "passages embedded at the turn")],
             "both": [
