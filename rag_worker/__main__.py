@@ -1,5 +1,5 @@
-"""Command line: `python -m rag_worker serve [--port 8001]`, `python -m rag_worker index FOLDER --index NAME` and
-`python -m rag_worker sync FOLDER --index NAME`."""
+"""Command line: `python -m rag_worker serve [--port 8001]`, `python -m rag_worker index FOLDER --index NAME`,
+`python -m rag_worker sync FOLDER --index NAME` and `python -m rag_worker model assemble`."""
 
 from __future__ import annotations
 
@@ -96,6 +96,13 @@ def sync(argv: list[str]) -> int:
     return main(argv)
 
 
+def model(argv: list[str]) -> int:
+    """`python -m rag_worker model [assemble]`: assemble and hash-check the embedded model now, saying which."""
+    from rag_worker.llm.embedded import main
+
+    return main(argv)
+
+
 # What the worker writes (uploaded originals, LanceDB tables, overviews, the converted model) is readable by its
 # own user only: folders 0700, files 0600. The gateway's container runs as the same user (deploy/Dockerfile.*).
 PRIVATE_UMASK = 0o077
@@ -104,9 +111,9 @@ PRIVATE_UMASK = 0o077
 def main(argv: list[str] | None = None) -> int:
     os.umask(PRIVATE_UMASK)
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"serve": serve, "index": index, "sync": sync}
+    commands = {"serve": serve, "index": index, "sync": sync, "model": model}
     if not argv or argv[0] not in commands:
-        print("usage: python -m rag_worker {serve,index,sync} ...", file=sys.stderr)
+        print("usage: python -m rag_worker {serve,index,sync,model} ...", file=sys.stderr)
         return 2
     return commands[argv[0]](argv[1:]) or 0
 

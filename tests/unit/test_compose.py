@@ -217,7 +217,7 @@ def test_worker_image_installs_the_pinned_requirements_the_tests_use():
     assert "torch==2.13.0" in (ROOT / "requirements/worker.txt").read_text()
     # The embedded LLM is assembled (and hash-checked) at build time, into the cache dir the running worker reads;
     # llama.cpp needs libgomp1.
-    assert "python -m rag_worker.llm.embedded assemble" in text and "MODEL_CACHE_DIR=" in text
+    assert "python -m rag_worker model assemble" in text and "MODEL_CACHE_DIR=" in text
     assert "libgomp1" in text
 
 
