@@ -13,16 +13,13 @@ from pathlib import Path
 import pytest
 
 from rag_worker.llm import CancelToken, LocalBackend
-from rag_worker.llm.embedded import MODELS, QWEN, _package_dir
 from rag_worker.settings import Settings
+from tests.embedded_models import requires_qwen
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(
-        any(_package_dir(p) is None for p in MODELS[QWEN].packages),
-        reason="the Qwen2.5-1.5B part packages are not installed (bash scripts/setup.sh installs them)",
-    ),
+    requires_qwen,
 ]
 
 SOURCES = (

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from launcher.demo import build_demo_index
-from rag_worker.llm.embedded import MODELS, QWEN, _package_dir
+from rag_worker.llm.embedded import QWEN
+from tests.embedded_models import requires_qwen
 from tests.servers import ROOT, free_port, worker_process
 from tests.sse import post_events
 
@@ -19,10 +20,7 @@ from tests.sse import post_events
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(2400),
-    pytest.mark.skipif(
-        any(_package_dir(p) is None for p in MODELS[QWEN].packages),
-        reason="the Qwen2.5-1.5B part packages are not installed (bash scripts/setup.sh installs them)",
-    ),
+    requires_qwen,
 ]
 
 
