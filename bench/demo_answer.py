@@ -62,9 +62,9 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def ask(url: str, options: dict, pid: int) -> dict:
+def ask(url: str, options: dict, pid: int, question: str = QUESTION) -> dict:
     """One streamed turn: client-side first token / done times and the done payload."""
-    body = {"prompt": QUESTION, "index": "demo", "options": options}
+    body = {"prompt": question, "index": "demo", "options": options}
     load = os.getloadavg()[0]
     cpu0 = cpu_seconds(pid)
     started = time.monotonic()

@@ -51,6 +51,7 @@ if not SCIFACT.exists():
 OUT = ROOT / ".cache" / "bench" / "embedded"
 ESSAY = [{"role": "user", "content": "Write a long essay about the history of Europe, century by century."}]
 MODELS = ["smollm2", "qwen2.5-1.5b"]
+WARM_UP = "Which port does the gateway listen on?"  # the demo's first turn, not the measured question
 
 IDK_RE = re.compile(
     r"(do(es)?\s+not\s+(contain|provide|mention|include|say|specify|state|answer|address|discuss|give)"
@@ -481,11 +482,18 @@ def demo(models: list[str], runs: int) -> None:
         }
         with worker_process(store, env=env) as proc:
             url = proc.url + "/chat_stream"
-            ask(url, {}, proc.proc.pid)  # loads the model
-            for _ in range(runs):
+            # The first turn after the start loads the model (its hash check included); it asks another question,
+            # so that llama.cpp's prompt cache holds nothing of the measured one's sources or question.
+            r = ask(url, {}, proc.proc.pid, WARM_UP)
+            print(
+                f"{key:13} {describe(r)} | first turn after the start, another question (model load)",
+                flush=True,
+            )
+            for i in range(runs):
                 r = ask(url, {}, proc.proc.pid)
                 own = r["grounding"].get("action") in ("none", "flagged")
-                print(f"{key:13} {describe(r)} | own words: {'yes' if own else 'NO'}", flush=True)
+                seen = "first time asked" if i == 0 else "asked again (its prompt cached)"
+                print(f"{key:13} {describe(r)} | own words: {'yes' if own else 'NO'} | {seen}", flush=True)
             print(f"  answer ({r['model']}): {r['reply']}\n", flush=True)
 
 

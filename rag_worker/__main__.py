@@ -52,6 +52,9 @@ def serve(argv: list[str]) -> int:
             # cannot watch child processes; answering it once here, on the main loop, caches the answer.
             _ = platform.uname().processor
             app = create_app()
+            # Before this process takes requests: the embedded model, when it is the one that answers (its load
+            # holds the GIL for seconds; here it freezes nothing).
+            app.extensions["rag"].preload_llm()
             # Load the embedder in the background so the first question doesn't wait for it.
             gevent.spawn(app.extensions["rag"].warm_up)
             return app

@@ -6,6 +6,7 @@ Each part is built lazily on first use so that `create_app` stays cheap and impo
 
 from __future__ import annotations
 
+import logging
 import threading
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -22,6 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .pipeline.admission import TurnQueue
     from .rerank import Reranker, RerankerSlot
     from .store import Store
+
+log = logging.getLogger("rag_worker")
 
 
 class Services:
@@ -154,6 +157,23 @@ class Services:
             return {"ok": True, "loaded": False, "model": self.settings.resolved_embedding_model()}
         emb = self.embedder
         return {"ok": True, "loaded": True, "model": emb.model_id, "dim": emb.dim}
+
+    def preload_llm(self) -> None:
+        """Load the embedded model before this process serves, when it is the model that would answer now
+        (LOCAL_PRELOAD; rag_worker/llm/local.py says why). A model that fails to load is logged and reported by
+        /health, as at a turn; the process starts anyway (Ollama may come back)."""
+        if not self.settings.local_preload:
+            return
+        router = self.llm
+        if router.openai is not None or router.resolve().backend is not router.local:
+            return
+        from .errors import LLMUnavailable
+        from .pipeline.generate import warm_messages
+
+        try:
+            router.local.preload(warm_messages())
+        except LLMUnavailable as exc:
+            log.warning("the embedded model was not loaded at start: %s", exc.message)
 
     def warm_up(self) -> None:
         """Load the embedder (and open the store) ahead of the first request."""

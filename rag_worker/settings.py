@@ -47,6 +47,14 @@ class Settings(BaseSettings):
     local_n_ctx: int = Field(default=4096, ge=512, alias="LOCAL_N_CTX")
     local_parallel: int = Field(default=2, ge=1, le=16, alias="LOCAL_PARALLEL")
     local_threads: int = Field(default=0, ge=0, alias="LOCAL_THREADS")
+    # Load the embedded model when a worker process starts, before it takes requests, if it is the model that would
+    # answer then (LLM_BACKEND=local, or no Ollama serving the generation model) and its file is ready: llama.cpp
+    # holds the GIL while it loads (about 2.7 s for the 1.5B model), which would freeze every stream of the process
+    # at the first embedded turn. false: load at the first turn that needs it.
+    local_preload: bool = Field(default=True, alias="LOCAL_PRELOAD")
+    # llama.cpp keeps the states of earlier prompts in memory to reuse their common start (the instructions): at
+    # most this many MiB per process (its own default, 8 GiB, would let a long-running worker grow that much).
+    local_prompt_cache_mib: int = Field(default=256, ge=0, le=65536, alias="LOCAL_PROMPT_CACHE_MIB")
     # Thinking models (qwen3, deepseek-r1): false sends think=false to Ollama for a fast first token; unset leaves
     # the model's default. Thinking text is never shown either way.
     ollama_think: bool | None = Field(default=None, alias="OLLAMA_THINK")

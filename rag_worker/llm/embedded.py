@@ -69,9 +69,10 @@ MODELS: dict[str, Packaged] = {
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         repeat_penalty=1.05,
-        # Prompt processing runs at 40-80 tokens/s on 2 loaded cores: a small prompt keeps the first token
-        # within seconds.
-        context_tokens=400,
+        # Prompt processing runs at about 65 tokens/s on 2 quiet cores: a small prompt keeps the first token
+        # within seconds. With the instructions' state kept from the load (LocalBackend.preload), 400 tokens of
+        # passages put the README's demo question's first token at 6.1 s, 350 at 5.1 s (docs/benchmarks.md).
+        context_tokens=350,
         # Kept on measurements (SciFact train + unanswerable_train.txt, docs/benchmarks.md): it never said "the
         # sources don't say" (0 of 24 drafts) and invented a cited answer to every unanswerable question, all of
         # which the check caught; `flag` would have shown them. So its own "I don't know" is not an abstention

@@ -184,6 +184,28 @@ class LocalBackend:
         model = self.choice.model
         return model.repeat_penalty if model else 1.05
 
+    def file_ready(self) -> bool:
+        """Whether a load now needs no one-time assembly (the 1.1 GB copy put together from its parts)."""
+        model = self.choice.model
+        return model is None or len(model.packages) == 1 or self.choice.path.is_file()
+
+    def preload(self, warm: list[dict] | None = None) -> bool:
+        """Load the model now (a worker process's start, before it serves: llama.cpp holds the GIL while it
+        loads, which would otherwise freeze the process's streams at its first embedded turn), then run `warm`
+        once for one token so llama.cpp keeps the state of its start (the instructions every answer begins
+        with). A model still to be assembled is left to its first turn (the assembly runs off the loop). Returns
+        whether the model is loaded; a file that cannot be loaded raises LLMUnavailable, as a turn would."""
+        if self.loaded:
+            return True
+        if not self.file_ready():
+            return False
+        self.ensure_loaded()
+        if warm:
+            started = time.monotonic()
+            self.chat(warm, model=self.name, max_tokens=1)
+            log.info("warmed %s with its instructions in %.1f s", self.name, time.monotonic() - started)
+        return True
+
     def ensure_loaded(self) -> None:
         if self._server is not None:
             return
@@ -225,6 +247,7 @@ class LocalBackend:
         p.n_ubatch = N_BATCH
         p.cpuparams.n_threads = threads
         p.cpuparams_batch.n_threads = threads
+        p.cache_ram_mib = self.settings.local_prompt_cache_mib
         p.hostnames = [self._socket]
         p.api_keys = [self._key]
         p.verbosity = 0

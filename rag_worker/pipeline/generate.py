@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from ..i18n.messages import FALLBACK
 from ..llm.base import ModelMissing
+from .prompts import text_in
 from .turn import Turn
 
 DOC_CHARS = 2400  # per document, so one long context can't crowd out the others
@@ -25,6 +27,14 @@ def sources_message(turn: Turn, documents: list[dict]) -> str:
         turn.read[d["ref"]] = body
         lines.append(f"\n[{d['ref']}] {where}\n{body}")
     return "\n".join(lines)
+
+
+def warm_messages(language: str = FALLBACK) -> list[dict]:
+    """The start every answer in `language` shares (the instructions, then the sources' heading), as the embedded
+    model is warmed with it at load: llama.cpp keeps that state and reuses it, so a question's first token waits
+    only for its own sources and words (at 40-80 prompt tokens/s on 2 cores, the instructions are 1.5 s)."""
+    head = f"{text_in('system', language)}\n\n{text_in('sources', language)}"
+    return [{"role": "system", "content": head}, {"role": "user", "content": "?"}]
 
 
 def is_local(turn: Turn) -> bool:

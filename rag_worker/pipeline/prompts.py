@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..i18n.messages import CATALOGUE, FALLBACK
+from ..i18n import language_name
+from ..i18n.messages import CATALOGUE, FALLBACK, message
 
 DEFAULTS: dict[str, str] = {
     "system": (
@@ -59,3 +60,14 @@ def prompt(name: str, overrides: dict[str, str] | None) -> str:
     if overrides and overrides.get(name):
         return overrides[name]
     return DEFAULTS[name]
+
+
+def text_in(name: str, language: str | None) -> str:
+    """The default prompt or fixed text `name` for a turn in `language`: a fixed text in that language, the
+    system prompt told which language to answer in."""
+    if name in CATALOGUE[FALLBACK]:
+        return message(name, language)
+    text = DEFAULTS[name]
+    if name == "system" and language_name(language):
+        text = f"{text} {ANSWER_IN.format(language=language_name(language))}"
+    return text

@@ -10,14 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..i18n import language_name
-from ..i18n.messages import CATALOGUE, FALLBACK, message
+from ..i18n.messages import message
 from ..schemas import ChatRequest
 from ..telemetry import Carried, stage_span
 from . import utility
 from .events import Step
-from .prompts import ANSWER_IN
-from .prompts import prompt as default_prompt
+from .prompts import text_in
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llm import CancelToken, Resolved
@@ -108,12 +106,7 @@ class Turn:
         user's language (`language`), the system prompt told which language to answer in."""
         if self.options.prompts and self.options.prompts.get(name):
             return self.options.prompts[name]
-        if name in CATALOGUE[FALLBACK]:
-            return message(name, self.language)
-        text = default_prompt(name, None)
-        if name == "system" and language_name(self.language):
-            text = f"{text} {ANSWER_IN.format(language=language_name(self.language))}"
-        return text
+        return text_in(name, self.language)
 
     def message(self, key: str, **fields: str) -> str:
         """A fixed text of the chat in the user's language (English when the catalogue lacks it)."""
