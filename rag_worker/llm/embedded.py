@@ -56,7 +56,17 @@ class Packaged:
     grounding_policy: str = "extract"
     # The YES/NO steps this model is asked in (JUDGE_STEPS); the others decide by their model-free rule
     # (docs/benchmarks.md, "Embedded models": chosen on SciFact train and questions written for the bench).
-    judges: frozenset[str] = JUDGE_STEPS
+    # Neither packaged model is asked in any: in the band where a step would ask it, Qwen2.5-1.5B was right on
+    # 32% (relevance), 14% (fetch check) and 23% (triage) of the train items, against 88%, 50% and 96% for the
+    # rules below (it answers the user's question instead of the one about it: "Is it true that ...?" gets
+    # "NO", "Hi there!" gets "documents needed"), and each call cost it 1-6 s; SmolLM2 said NO or nothing.
+    judges: frozenset[str] = frozenset()
+    # The rules that stand in (chosen on the same train items): in the relevance check's unsure band the passages
+    # count as off topic (so the turn retries, then abstains); triage answers directly below this similarity of
+    # the closest passage (no question about the documents was that far from them; 88% of the messages that
+    # need none were) and searches above it; the fetch check searches again.
+    unsure_relevant: bool = False
+    triage_direct_below: float = 0.25
     install: str = ""
 
 

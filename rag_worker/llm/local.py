@@ -180,6 +180,19 @@ class LocalBackend:
         return model.judges if model else JUDGE_STEPS
 
     @property
+    def unsure_relevant(self) -> bool | None:
+        """The relevance check's verdict in its unsure band when this model is not asked (None: the band's
+        middle decides)."""
+        model = self.choice.model
+        return model.unsure_relevant if model else None
+
+    @property
+    def triage_direct_below(self) -> float | None:
+        """Triage answers directly below this similarity when this model is not asked (None: it searches)."""
+        model = self.choice.model
+        return model.triage_direct_below if model else None
+
+    @property
     def repeat_penalty(self) -> float:
         model = self.choice.model
         return model.repeat_penalty if model else 1.05

@@ -86,6 +86,15 @@ def judge(turn: Turn, query: str, hits: list) -> Verdict:
     # The unsure band: the model judges, or (not asked, or no answer) the score against the band's middle.
     mid = (relevant_above + abstain_below) / 2
     if not turn.model_judges("relevance"):
+        fixed = getattr(turn.llm.backend, "unsure_relevant", None)
+        if isinstance(fixed, bool):  # the embedded model's measured rule for the whole band
+            return Verdict(
+                fixed,
+                "retrieval_score",
+                score,
+                f"best passage similarity {score:.2f}, in the unsure band ({abstain_below:.2f}-{relevant_above:.2f}): "
+                f"{'relevant' if fixed else 'off topic'} by the embedded model's rule (the model is not asked)",
+            )
         side = "above" if score >= mid else "below"
         return Verdict(
             score >= mid,

@@ -34,6 +34,15 @@ def triage(turn: Turn, query: str) -> Triage:
     # can't say, search anyway (a clear "not in your documents" beats an unfounded answer).
     shown = "none" if sim is None else f"{sim:.2f}"
     if not turn.model_judges("triage"):
+        below = getattr(turn.llm.backend, "triage_direct_below", None)
+        if isinstance(below, float) and sim is not None and sim < below:
+            return Triage(
+                "direct",
+                "retrieval_score",
+                f"closest passage similarity {shown}, below {below:.2f}: no question about the documents "
+                "(the embedded model is not asked)",
+                sim,
+            )
         return Triage(
             "rag",
             "retrieval_score",

@@ -21,10 +21,12 @@ from rag_worker.settings import Settings
 class Backend:
     """A model that answers every question with `reply` and counts the calls."""
 
-    def __init__(self, kind: str, judges: frozenset[str] | None = None, reply: str = "NO"):
+    def __init__(self, kind: str, judges: frozenset[str] | None = None, reply: str = "NO", **rules):
         self.backend, self.reply, self.calls = kind, reply, 0
         if judges is not None:
             self.judges = judges
+        for name, value in rules.items():  # unsure_relevant, triage_direct_below: a packaged model's rules
+            setattr(self, name, value)
 
     def chat(self, messages, **kwargs) -> str:
         self.calls += 1
@@ -108,6 +110,29 @@ def test_triage_searches_when_the_embedded_model_does_not_judge(tmp_path):
     assert model.calls == 0
 
 
+PACKAGED_RULES = {"unsure_relevant": False, "triage_direct_below": 0.25}
+
+
+@pytest.mark.parametrize("score", [0.36, 0.43])
+def test_a_packaged_embedded_model_counts_the_whole_unsure_band_as_off_topic(tmp_path, score):
+    # Chosen on the train items: in the band, passages that answer were 5 of 41 (docs/benchmarks.md).
+    model = Backend("local", NOT_JUDGING, reply="YES", **PACKAGED_RULES)
+    verdict = relevance.judge(make_turn(model, tmp_path, prompt="Which port?"), "Which port?", hits(score))
+    assert verdict.relevant is False and verdict.method == "retrieval_score"
+    assert "off topic" in verdict.reason and "not asked" in verdict.reason and model.calls == 0
+    # Above the band the passages stand, as for every model.
+    assert relevance.judge(make_turn(model, tmp_path, prompt="q"), "q", hits(0.5)).relevant is True
+
+
+def test_a_packaged_embedded_model_answers_a_message_far_from_every_passage_directly(tmp_path):
+    model = Backend("local", NOT_JUDGING, reply="YES", **PACKAGED_RULES)
+    far = triage.triage(make_turn(model, tmp_path, sim=0.14, prompt="Thanks a lot!"), "Thanks a lot!")
+    assert far.route == "direct" and far.method == "retrieval_score" and "0.14" in far.reason
+    near = triage.triage(make_turn(model, tmp_path, sim=0.3, prompt="Which port?"), "Which port?")
+    assert near.route == "rag" and "not asked" in near.reason
+    assert model.calls == 0
+
+
 def test_outside_the_unsure_band_no_step_asks_any_model(tmp_path):
     model = Backend("ollama")
     assert relevance.judge(make_turn(model, tmp_path, prompt="q"), "q", hits(0.8)).relevant is True
@@ -143,11 +168,14 @@ def test_the_embedded_model_is_asked_only_in_the_steps_it_judges(tmp_path):
 
 
 @pytest.mark.parametrize("key", sorted(MODELS))
-def test_the_local_backend_carries_its_models_judges(key):
+def test_the_packaged_models_judge_no_step_and_carry_their_rules(key):
     backend = LocalBackend(Settings(EMBEDDED_MODEL=key))
     # Qwen's parts may be missing on this machine: then SmolLM2 runs, with its own choice.
-    assert backend.judges == backend.choice.model.judges <= JUDGE_STEPS
+    assert backend.judges == backend.choice.model.judges == frozenset()
+    assert backend.unsure_relevant is False and backend.triage_direct_below == 0.25
 
 
 def test_a_gguf_file_of_ones_own_is_asked_in_every_step(tmp_path):
-    assert LocalBackend(Settings(LOCAL_MODEL=str(tmp_path / "mine.gguf"))).judges == JUDGE_STEPS
+    backend = LocalBackend(Settings(LOCAL_MODEL=str(tmp_path / "mine.gguf")))
+    assert backend.judges == JUDGE_STEPS
+    assert backend.unsure_relevant is None and backend.triage_direct_below is None
