@@ -1,6 +1,7 @@
 """The embedded generator: speed and quality of the packaged models on llama.cpp, beside SmolLM2 on transformers.
 
     .venv/bin/python -m bench.embedded [speed] [demo] [quality] [--n 100] [--split test] [--models smollm2,qwen2.5-1.5b]
+    .venv/bin/python -m bench.embedded judges [--split train] [--n 60]  # the YES/NO steps (bench/embedded_judges.py)
     .venv/bin/python -m bench.embedded report [--split test]      # the figures from the stored per-item results
 
 speed    first load and generation tokens/s of SmolLM2 on transformers (the baseline the product no longer runs:
@@ -16,10 +17,14 @@ quality  --n SciFact claims of --split with their gold passages (the question: "
          makes it (the worker's prompts, sources message, context budget and llama.cpp backend), then checked by
          the worker's grounding check; the quote fallback (the extractive answer) is scored on the same items.
          Per-item results go to .cache/bench/embedded/<split>-<model>.jsonl (a rerun resumes), and `report`
-         prints, per model and grounding policy, the answered-correctly and abstained shares.
+         prints, per model and grounding policy (also `extract` with a lower GROUNDING_MIN_SHARE), the
+         answered-correctly and abstained shares.
+judges   the relevance check, the fetch check and triage with each model as the judge, beside each step's
+         model-free rule, on labelled items: accuracy, precision and recall per class, seconds per call, over all
+         items and where the step asks the model (bench/embedded_judges.py says how the items are made).
 
 The test split is what docs/benchmarks.md reports; the train split (with unanswerable_train.txt) is what the
-embedded model's grounding-policy default was chosen on (docs/benchmarks.md, "Embedded models").
+embedded models' grounding-policy default and judge steps were chosen on (docs/benchmarks.md, "Embedded models").
 Prints figures; never pass/fail.
 """
 
@@ -180,6 +185,7 @@ def run_item(item: dict, corpus: dict, services, backend) -> dict:
     draft = "".join(pieces).strip()
     read = dict(turn.read) or all_passages(docs)
     _, g = check.check(turn, draft, read, docs)
+    watched = watch(turn, pieces, read, docs)
     quote = quotes.answer(turn, item["question"], all_passages(docs), docs)
     q = turn.embed_query(item["question"])
     sim = float(max(turn.embed_texts([d["text"] for d in docs]) @ q))
@@ -192,6 +198,7 @@ def run_item(item: dict, corpus: dict, services, backend) -> dict:
         "idk": bool(IDK_RE.search(draft)),
         "supported_share": g["supported_share"],
         "checked": g["checked"],
+        "watch": watched,
         "quote": quote,
         "similarity": sim,
     }
@@ -205,7 +212,25 @@ def run_item(item: dict, corpus: dict, services, backend) -> dict:
             correct=said == item["label"] and not rec["idk"],
             quote_correct=any(_covers(quote, s) for s in wanted),
         )
+        if watched:
+            cut = watched["draft"]
+            watched["correct"] = stance(cut) == item["label"] and not IDK_RE.search(cut)
     return rec
+
+
+def watch(turn, pieces: list[str], read: dict, docs: list[dict]) -> dict | None:
+    """Where the stream watch (`extract` and `refuse` only) would have stopped this draft, as a turn feeds it the
+    same pieces: the draft cut there and its check (what the policy then reviews); None when it runs to the end."""
+    from rag_worker.pipeline.grounding import check
+
+    w = check.StreamWatch(turn, read, docs)
+    for i, piece in enumerate(pieces, 1):
+        if w.feed(piece):
+            cut = "".join(pieces[:i]).strip()
+            _, g = check.check(turn, cut, read, docs)
+            return {"draft": cut, "supported_share": g["supported_share"], "checked": g["checked"],
+                    "idk": bool(IDK_RE.search(cut))}  # fmt: skip
+    return None
 
 
 def _covers(quote: str, sentence: str) -> bool:
@@ -253,38 +278,64 @@ def quality(split: str, n: int, models: list[str], threads: int, max_tokens: int
 
 # -- report -------------------------------------------------------------------------------------------------------
 
+# What the user is shown for a draft, per policy (rag_worker/pipeline/grounding/policy.py): a draft passes when
+# its supported share reaches the minimum (GROUNDING_MIN_SHARE) and is then shown, its unsupported sentences
+# marked. `extract` replaces a failing draft with quotes and watches the stream (a draft the watch stops is
+# reviewed as cut); `flag` shows every draft, marked, whatever the minimum; "+idk": the model's own "the sources
+# don't say" ends the turn as an abstention. The "extract, min" rows are the middle policy: the draft kept down to
+# a lower supported share.
 POLICIES = {
-    # name: (what is shown for a draft) -> "draft" | "quotes" | "abstain"
-    "extract": lambda r, ok: "draft" if ok else "quotes",
-    "extract+idk": lambda r, ok: "abstain" if r["idk"] else ("draft" if ok else "quotes"),
-    "flag": lambda r, ok: "draft",
-    "flag+idk": lambda r, ok: "abstain" if r["idk"] else "draft",
-    "quotes only": lambda r, ok: "quotes",
+    # name: (GROUNDING_MIN_SHARE, what a draft that fails becomes, the model's "I don't know" abstains)
+    "extract": (0.8, "quotes", False),
+    "extract+idk": (0.8, "quotes", True),
+    "extract, min 0.6": (0.6, "quotes", False),
+    "extract, min 0.5": (0.5, "quotes", False),
+    "extract, min 0.4": (0.4, "quotes", False),
+    "flag": (0.8, "draft", False),
+    "flag+idk": (0.8, "draft", True),
+    "quotes only": (1.01, "quotes", False),
 }
 
 
-def shares(recs: list[dict], policy: str, min_share: float = 0.8) -> dict:
+def shown(r: dict, policy: str) -> tuple[str, dict]:
+    """("draft" | "quotes" | "abstain", the draft as shown: the whole one, or the watch's cut under extract)."""
+    min_share, failing, idk_abstains = POLICIES[policy]
+    draft = r
+    if failing == "quotes" and r.get("watch"):
+        draft = {**r, **r["watch"]}
+        if "correct" in r["watch"]:
+            draft["correct"] = r["watch"]["correct"]
+    if idk_abstains and draft["idk"]:
+        return "abstain", draft
+    if policy == "quotes only":
+        return "quotes", draft
+    if draft["checked"] == 0 or draft["supported_share"] >= min_share:
+        return "draft", draft
+    return failing, draft
+
+
+def shares(recs: list[dict], policy: str) -> dict:
     ans = [r for r in recs if r["kind"] == "answerable"]
     una = [r for r in recs if r["kind"] == "unanswerable"]
     out = {"answerable": len(ans), "unanswerable": len(una)}
     tally = {"correct": 0, "wrong": 0, "quoted": 0, "quoted_with_evidence": 0, "abstained": 0}
     for r in ans:
-        shown = POLICIES[policy](r, r["supported_share"] >= min_share)
-        if shown == "abstain":
+        what, draft = shown(r, policy)
+        if what == "abstain":
             tally["abstained"] += 1
-        elif shown == "quotes":
+        elif what == "quotes":
             tally["quoted"] += 1
             tally["quoted_with_evidence"] += r["quote_correct"]
-        elif r["correct"]:
+        elif draft["correct"]:
             tally["correct"] += 1
         else:
             tally["wrong"] += 1
     u = {"abstained": 0, "invented": 0, "quoted": 0}
     for r in una:
-        shown = POLICIES[policy](r, r["supported_share"] >= min_share)
-        if shown == "abstain" or (shown == "draft" and r["idk"]):
+        what, draft = shown(r, policy)
+        if what == "abstain" or (what == "draft" and draft["idk"]):
             u["abstained"] += 1  # a refusal, or the model's own "the sources don't say" shown as the answer
-        elif shown == "quotes":
+        elif what == "quotes":
             u["quoted"] += 1
         else:
             u["invented"] += 1
@@ -321,12 +372,17 @@ def report(split: str) -> None:
             f"{sum(r['similarity'] < below for r in una)}/{len(una)} unanswerable, "
             f"{sum(r['similarity'] < below for r in ans)}/{len(ans)} answerable"
         )
-        header = "  policy        | answerable: correct  wrong  quoted (w/ evidence)  abstained | unanswerable: abstained  invented  quoted"
+        stopped = [r for r in recs if r.get("watch")]
+        print(
+            f"  stream watch (extract): stops {len(stopped)} of {len(recs)} drafts "
+            f"({sum(r['kind'] == 'unanswerable' for r in stopped)} unanswerable)"
+        )
+        header = "  policy           | answerable: correct  wrong  quoted (w/ evidence)  abstained | unanswerable: abstained  invented  quoted"
         print(header)
         for policy in POLICIES:
             s = shares(recs, policy)
             print(
-                f"  {policy:13} | {s['ans_correct_%']:>19}% {s['ans_wrong_%']:>5}% {s['ans_quoted_%']:>6}% "
+                f"  {policy:16} | {s['ans_correct_%']:>19}% {s['ans_wrong_%']:>5}% {s['ans_quoted_%']:>6}% "
                 f"({s['ans_quoted_with_evidence_%']}%) {s['ans_abstained_%']:>13}% | "
                 f"{s['unans_abstained_%']:>23}% {s['unans_invented_%']:>8}% {s['unans_quoted_%']:>6}%"
             )
@@ -463,8 +519,16 @@ def main(argv: list[str] | None = None) -> int:
     if "quality" in args.parts:
         quality(args.split, args.n, models, args.threads, args.max_tokens)
         report(args.split)
+    if "judges" in args.parts:
+        from bench import embedded_judges
+
+        embedded_judges.run(args.split, args.n, models)
+        embedded_judges.report(args.split)
     if "report" in args.parts:
         report(args.split)
+        from bench import embedded_judges
+
+        embedded_judges.report(args.split)
     return 0
 
 

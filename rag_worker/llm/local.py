@@ -47,7 +47,7 @@ from ..errors import LLMUnavailable
 from ..runtime import cooperative_sleep, gevent_active, offload
 from ..settings import Settings
 from .base import DEFAULT_MAX_TOKENS, CancelToken, LLMFailed, ThinkFilter
-from .embedded import choose, ready_file
+from .embedded import JUDGE_STEPS, choose, ready_file
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # before any import of xllamacpp (see above)
 
@@ -172,6 +172,25 @@ class LocalBackend:
         """The grounding policy that suits this model (what an empty GROUNDING_POLICY means on it)."""
         model = self.choice.model
         return model.grounding_policy if model else "extract"
+
+    @property
+    def judges(self) -> frozenset[str]:
+        """The YES/NO steps this model is asked in (LOCAL_MODEL's own file, never measured: all of them)."""
+        model = self.choice.model
+        return model.judges if model else JUDGE_STEPS
+
+    @property
+    def unsure_relevant(self) -> bool | None:
+        """The relevance check's verdict in its unsure band when this model is not asked (None: the band's
+        middle decides)."""
+        model = self.choice.model
+        return model.unsure_relevant if model else None
+
+    @property
+    def triage_direct_below(self) -> float | None:
+        """Triage answers directly below this similarity when this model is not asked (None: it searches)."""
+        model = self.choice.model
+        return model.triage_direct_below if model else None
 
     @property
     def repeat_penalty(self) -> float:

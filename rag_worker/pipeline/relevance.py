@@ -9,6 +9,8 @@ from .cues import words
 from .grounding.sentences import passage_sentences
 from .turn import Turn
 
+SHOWN = 3  # passages the model reads when it judges relevance
+
 QUESTION_WORDS = {
     "what",
     "which",
@@ -81,14 +83,38 @@ def judge(turn: Turn, query: str, hits: list) -> Verdict:
         return Verdict(True, "retrieval_score", score, f"best passage similarity {score:.2f}")
     if score < abstain_below:
         return Verdict(False, "retrieval_score", score, f"best passage similarity only {score:.2f}")
-    passages = "\n\n".join(f"- {h.text[:400]}" for h in hits[:3])
-    verdict = turn.ask_yes_no(turn.prompt("relevance"), f"Question: {query}\n\nPassages:\n{passages}")
+    # The unsure band: the model judges, or (not asked, or no answer) the score against the band's middle.
+    mid = (relevant_above + abstain_below) / 2
+    if not turn.model_judges("relevance"):
+        fixed = getattr(turn.llm.backend, "unsure_relevant", None)
+        if isinstance(fixed, bool):  # the embedded model's measured rule for the whole band
+            return Verdict(
+                fixed,
+                "retrieval_score",
+                score,
+                f"best passage similarity {score:.2f}, in the unsure band ({abstain_below:.2f}-{relevant_above:.2f}): "
+                f"{'relevant' if fixed else 'off topic'} by the embedded model's rule (the model is not asked)",
+            )
+        side = "above" if score >= mid else "below"
+        return Verdict(
+            score >= mid,
+            "retrieval_score",
+            score,
+            f"best passage similarity {score:.2f}, {side} the unsure band's middle ({mid:.2f}); the embedded "
+            "model is not asked",
+        )
+    verdict = ask_model(turn, query, hits)
     if verdict is None:
-        mid = (relevant_above + abstain_below) / 2
         return Verdict(score >= mid, "fallback", score, f"unsure ({score:.2f}) and no model answer")
     return Verdict(
         verdict, "llm", score, "the model judged the passages " + ("relevant" if verdict else "off topic")
     )
+
+
+def ask_model(turn: Turn, query: str, hits: list) -> bool | None:
+    """The utility model's YES/NO on whether the first SHOWN passages answer the query (None: it can't say)."""
+    passages = "\n\n".join(f"- {h.text[:400]}" for h in hits[:SHOWN])
+    return turn.ask_yes_no(turn.prompt("relevance"), f"Question: {query}\n\nPassages:\n{passages}")
 
 
 def improved_query(turn: Turn, query: str) -> tuple[str, str]:

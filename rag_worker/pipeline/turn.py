@@ -158,6 +158,16 @@ class Turn:
         """The utility model's reply, or None (logged: "<failing>: <error>") for the caller's fallback."""
         return utility.ask(self.llm, messages, max_tokens=max_tokens, failing=failing)
 
+    def model_judges(self, step: str) -> bool:
+        """Whether the YES/NO step `step` (relevance, fetch_check, triage) asks the utility model when its
+        model-free signal is unsure: always on Ollama or an OpenAI-compatible server; on the embedded model only
+        in the steps its measurements chose (`Packaged.judges`, rag_worker/llm/embedded.py)."""
+        backend = self.llm.backend
+        if getattr(backend, "backend", None) != "local":
+            return True
+        judges = getattr(backend, "judges", None)
+        return judges is None or step in judges
+
     def ask_yes_no(self, instruction: str, body: str) -> bool | None:
         """Ask the utility model a YES/NO question; None when it is unavailable or answers neither."""
         messages = [
