@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .bert_encoder import BertEncoder
 from .errors import Unavailable
 from .runtime import offload
 
@@ -110,6 +111,8 @@ class Embedder:
                 code="embedder_unavailable",
             ) from exc
         self._model.eval()
+        # The model's own forward stays for anything but a plain BERT encoder (rag_worker/bert_encoder.py).
+        self._encoder = BertEncoder.of(self._model)
         # The chunker measures whole documents with the public tokenizer (it never embeds with it): lift its
         # length limit so each long document doesn't log "sequence length is longer than the maximum".
         self.tokenizer.model_max_length = 1 << 30
@@ -226,7 +229,10 @@ class Embedder:
                 texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
             )
         with torch.inference_mode():
-            hidden = self._model(**enc).last_hidden_state
+            if self._encoder is not None:
+                hidden = self._encoder(enc["input_ids"], enc.get("token_type_ids"), enc["attention_mask"])
+            else:
+                hidden = self._model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)

@@ -40,6 +40,29 @@ def test_order_is_kept_despite_length_sorting(embedder):
         assert float(alone @ together[i]) > 0.999, text
 
 
+def test_fast_encoder_matches_the_transformers_forward(embedder):
+    # MiniLM runs through rag_worker/bert_encoder.py; its vectors must be the model's own, padded batch or not.
+    import torch
+
+    assert embedder._encoder is not None
+    texts = [
+        "Cats.",
+        "what is known about the role of T cells in autoimmune disease?",
+        "The quarterly tax filing deadline is the fifteenth of April for most individual taxpayers.",
+        "word " * 400,  # truncated to max_length
+    ]
+    for batch in (texts, texts[1:2]):
+        enc = embedder._tok(
+            batch, padding=True, truncation=True, max_length=embedder.max_length, return_tensors="pt"
+        )
+        with torch.inference_mode():
+            hidden = embedder._model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            expected = torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
+        assert np.abs(embedder._forward(list(batch)) - expected).max() < 1e-5
+
+
 def test_query_cache_returns_the_same_read_only_vector(embedder):
     first = embedder.embed_query("what is the refund policy?")
     second = embedder.embed_query("what is the refund policy?")
