@@ -41,10 +41,13 @@ def test_order_is_kept_despite_length_sorting(embedder):
 
 
 def test_fast_encoder_matches_the_transformers_forward(embedder):
-    # MiniLM runs through rag_worker/bert_encoder.py; its vectors must be the model's own, padded batch or not.
+    # MiniLM runs through rag_worker/bert_encoder.py (its weights re-laid out); its vectors must be those of the
+    # model as transformers loads and runs it, padded batch or not.
     import torch
+    from transformers import AutoModel
 
     assert embedder._encoder is not None
+    pristine = AutoModel.from_pretrained(embedder.model_path, local_files_only=True).eval()
     texts = [
         "Cats.",
         "what is known about the role of T cells in autoimmune disease?",
@@ -56,7 +59,7 @@ def test_fast_encoder_matches_the_transformers_forward(embedder):
             batch, padding=True, truncation=True, max_length=embedder.max_length, return_tensors="pt"
         )
         with torch.inference_mode():
-            hidden = embedder._model(**enc).last_hidden_state
+            hidden = pristine(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             expected = torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
