@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from rag_worker.embeddings import Embedder, model_identity
+from rag_worker.embeddings import Embedder, length_groups, model_identity
 from rag_worker.errors import Unavailable
 
 
@@ -64,6 +64,15 @@ def test_fast_encoder_matches_the_transformers_forward(embedder):
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             expected = torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
         assert np.abs(embedder._forward(list(batch)) - expected).max() < 1e-5
+
+
+def test_mixed_lengths_run_as_passes_of_similar_lengths():
+    # Concurrent turns' answer sentences share a batch: a 12-token and a 60-token one are not padded together.
+    assert length_groups([60, 12, 58, 13, 61]) == [[1, 3], [2, 0, 4]]
+    assert length_groups([20, 21, 20]) == [
+        [0, 2, 1]
+    ]  # one pass when padding would cost less than another pass
+    assert length_groups([5]) == [[0]] and length_groups([]) == []
 
 
 def test_query_cache_returns_the_same_read_only_vector(embedder):
