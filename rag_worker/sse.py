@@ -33,12 +33,15 @@ def with_keepalive(frames: Iterable[str], interval_s: float) -> Iterator[str]:
     def produce() -> None:
         try:
             for item in source:
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.5)
-                        break
-                    except queue.Full:
-                        continue
+                try:  # a timed put arms a timer: only a full queue needs one
+                    q.put_nowait(item)
+                except queue.Full:
+                    while not stop.is_set():
+                        try:
+                            q.put(item, timeout=0.5)
+                            break
+                        except queue.Full:
+                            continue
                 if stop.is_set():
                     break
         except BaseException as exc:  # delivered to the consumer, which re-raises
@@ -54,18 +57,31 @@ def with_keepalive(frames: Iterable[str], interval_s: float) -> Iterator[str]:
     last = time.monotonic()
     try:
         while True:
-            try:
-                item = q.get(timeout=max(0.05, interval_s - (time.monotonic() - last)))
+            try:  # only an empty queue needs the timer (a timeout is a timer armed and cancelled per call)
+                item = q.get_nowait()
             except queue.Empty:
+                try:
+                    item = q.get(timeout=max(0.05, interval_s - (time.monotonic() - last)))
+                except queue.Empty:
+                    last = time.monotonic()
+                    yield KEEPALIVE
+                    continue
+            # Whatever else is queued already goes out with it: one body chunk (one socket write) per wake-up.
+            batch: list[str] = []
+            while item is not done and not isinstance(item, BaseException):
+                batch.append(item)
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    item = None
+                    break
+            if batch:
                 last = time.monotonic()
-                yield KEEPALIVE
-                continue
+                yield "".join(batch) if len(batch) > 1 else batch[0]
             if item is done:
                 return
             if isinstance(item, BaseException):
                 raise item
-            last = time.monotonic()
-            yield item
     finally:
         stop.set()
 

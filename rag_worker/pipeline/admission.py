@@ -45,15 +45,20 @@ class TurnQueue:
     # How often a waiting turn repeats its position when it has not moved: keeps the stream alive and lets a
     # closed stream notice its client went away.
     HEARTBEAT_S = 2.0
+    # How often a waiting turn reads its place in line and says it when it moved. Only the turn at the head is
+    # woken when a slot frees: a hundred waiting turns all woken, each sending a step, at every slot handed over
+    # was a tenth of a RAG turn's CPU in a burst (docs/benchmarks.md, "Sixth round").
+    REPORT_S = 1.0
 
     def __init__(self, slots: int, max_queued: int):
         self.slots = max(1, slots)
         self.max_queued = max(0, max_queued)
         # threading primitives are greenlet-aware once gevent has patched the process.
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         # (turn start, arrival number): waiting in order of the turns' arrival, so a turn coming back for its
         # provenance goes ahead of turns that came in after it.
         self._waiting: list[tuple[float, int]] = []
+        self._wakers: dict[tuple[float, int], threading.Event] = {}  # set: a slot may be yours, look
         self._seq = itertools.count()
         self._busy = 0
         self._hold_s = 0.2  # running mean of how long a turn holds a slot, for Retry-After
@@ -64,13 +69,18 @@ class TurnQueue:
         metrics.QUEUE_WAITING.set(len(self._waiting))
         metrics.QUEUE_BUSY.set(self._busy)
 
+    def _wake_head(self) -> None:
+        """Called with the lock held: the first in line is told when a slot is free for it."""
+        if self._waiting and self._busy < self.slots:
+            self._wakers[self._waiting[0]].set()
+
     def stats(self) -> dict:
-        with self._cond:
+        with self._lock:
             return {"slots": self.slots, "busy": self._busy, "waiting": len(self._waiting)}
 
     def admit(self) -> None:
         """Refuse a new turn (503) when the queue is already full; called before the stream starts."""
-        with self._cond:
+        with self._lock:
             waiting = len(self._waiting)
             if self._busy >= self.slots and waiting >= self.max_queued:
                 retry = max(1, math.ceil((waiting + 1) * self._hold_s / self.slots))
@@ -81,50 +91,58 @@ class TurnQueue:
                 )
 
     def wait(self, since: float) -> Iterator[int]:
-        """Queue a turn that started at `since` (monotonic) and wait for a slot, yielding its 1-based position whenever it changes (and every
-        HEARTBEAT_S). Returns holding a slot; the caller must `release()` it. Closing the generator while it
-        waits leaves the queue."""
-        with self._cond:
+        """Queue a turn that started at `since` (monotonic) and wait for a slot, yielding its 1-based position
+        at once, then when it has moved (read every REPORT_S) and every HEARTBEAT_S. Returns holding a slot;
+        the caller must `release()` it. Closing the generator while it waits leaves the queue."""
+        with self._lock:
             if self._busy < self.slots and not self._waiting:
                 self._busy += 1
                 self._gauges()
                 return
             ticket = (since, next(self._seq))
             bisect.insort(self._waiting, ticket)
+            waker = self._wakers[ticket] = threading.Event()
             self._gauges()
         acquired = False
         try:
             last, said = None, 0.0
             while True:
-                with self._cond:
+                with self._lock:
                     position = self._waiting.index(ticket) + 1
                     if position == 1 and self._busy < self.slots:
                         self._waiting.pop(0)
                         self._busy += 1
                         self._gauges()
                         acquired = True
-                        self._cond.notify_all()  # everyone behind moves up one
+                        self._wake_head()  # another free slot goes to the next in line
                         return
-                    if position == last and time.monotonic() - said < self.HEARTBEAT_S:
-                        self._cond.wait(timeout=self.HEARTBEAT_S)
-                        continue
-                last, said = position, time.monotonic()
-                yield position
+                    waker.clear()  # under the lock: a slot freed from now on sets it again
+                now = time.monotonic()
+                since_said = now - said
+                if (
+                    last is None
+                    or since_said >= self.HEARTBEAT_S
+                    or (position != last and since_said >= self.REPORT_S)
+                ):
+                    last, said = position, now
+                    yield position
+                    continue
+                waker.wait(timeout=self.REPORT_S - since_said % self.REPORT_S)  # the next look is due
         finally:
-            if not acquired:
-                with self._cond:
-                    if ticket in self._waiting:
-                        self._waiting.remove(ticket)
-                        self._gauges()
-                        self._cond.notify_all()
+            with self._lock:
+                self._wakers.pop(ticket, None)
+                if not acquired and ticket in self._waiting:
+                    self._waiting.remove(ticket)
+                    self._gauges()
+                    self._wake_head()
 
     def release(self, held_s: float | None = None) -> None:
-        with self._cond:
+        with self._lock:
             self._busy -= 1
             self._gauges()
             if held_s is not None:
                 self._hold_s = 0.9 * self._hold_s + 0.1 * held_s
-            self._cond.notify_all()
+            self._wake_head()
 
     @contextmanager
     def holding(self) -> Iterator[None]:

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from rag_worker.embeddings import Embedder, model_identity
+from rag_worker.embeddings import Embedder, length_groups, model_identity
 from rag_worker.errors import Unavailable
 
 
@@ -38,6 +38,41 @@ def test_order_is_kept_despite_length_sorting(embedder):
     for i, text in enumerate(texts):
         alone = embedder.embed_documents([text])[0]
         assert float(alone @ together[i]) > 0.999, text
+
+
+def test_fast_encoder_matches_the_transformers_forward(embedder):
+    # MiniLM runs through rag_worker/bert_encoder.py (its weights re-laid out); its vectors must be those of the
+    # model as transformers loads and runs it, padded batch or not.
+    import torch
+    from transformers import AutoModel
+
+    assert embedder._encoder is not None
+    pristine = AutoModel.from_pretrained(embedder.model_path, local_files_only=True).eval()
+    texts = [
+        "Cats.",
+        "what is known about the role of T cells in autoimmune disease?",
+        "The quarterly tax filing deadline is the fifteenth of April for most individual taxpayers.",
+        "word " * 400,  # truncated to max_length
+    ]
+    for batch in (texts, texts[1:2]):
+        enc = embedder._tok(
+            batch, padding=True, truncation=True, max_length=embedder.max_length, return_tensors="pt"
+        )
+        with torch.inference_mode():
+            hidden = pristine(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            expected = torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
+        assert np.abs(embedder._forward(list(batch)) - expected).max() < 1e-5
+
+
+def test_mixed_lengths_run_as_passes_of_similar_lengths():
+    # Concurrent turns' answer sentences share a batch: a 12-token and a 60-token one are not padded together.
+    assert length_groups([60, 12, 58, 13, 61]) == [[1, 3], [2, 0, 4]]
+    assert length_groups([20, 21, 20]) == [
+        [0, 2, 1]
+    ]  # one pass when padding would cost less than another pass
+    assert length_groups([5]) == [[0]] and length_groups([]) == []
 
 
 def test_query_cache_returns_the_same_read_only_vector(embedder):

@@ -1,0 +1,135 @@
+"""A BERT encoder's forward pass as a dozen torch calls per layer, without transformers' module wrappers.
+
+MiniLM-L6 on a 20-token query spends about a fifth of its forward pass in transformers' Python (module calls,
+hooks, mask preparation, output objects), not in arithmetic; a turn embeds its query and its answer's sentences,
+so that overhead was paid on every RAG turn (docs/benchmarks.md, "Sixth round"). The same weights, the same
+operations in the same order: the hidden states match the model's own forward (tests/unit/test_embeddings.py).
+
+Only plain BERT encoders qualify (absolute positions, exact GELU, no decoder parts); any other model keeps the
+transformers forward (`BertEncoder.of` returns None).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class _Linear:
+    weight: object  # (out, in), stored transposed: see `_gemm_layout`
+    bias: object
+
+
+@dataclass(frozen=True)
+class _Layer:
+    qkv: _Linear  # the query, key and value projections in one matrix: one matmul instead of three
+    attn_out: _Linear
+    attn_norm: object  # nn.LayerNorm modules: their weights read, not their __call__
+    intermediate: _Linear
+    out: _Linear
+    out_norm: object
+
+
+def _gemm_layout(weight):
+    """`weight` (out, in) as a view of its contiguous transpose: `F.linear` then hands MKL the (in, out) matrix it
+    multiplies by without a transposed read, a third faster for the few rows of a query (same values, same sums)."""
+    return weight.detach().t().contiguous().t()
+
+
+def _relaid(*linears) -> _Linear:
+    """One `_Linear` for `linears` stacked (query, key, value: one matmul instead of three), in `_gemm_layout`.
+    The modules' own weights become views of it: the model's forward gives the same results and the weights
+    are held once."""
+    import torch
+
+    weight = _gemm_layout(torch.cat([m.weight for m in linears]))
+    bias = torch.cat([m.bias for m in linears]).detach()
+    at = 0
+    for m in linears:
+        rows = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(weight[at : at + rows], requires_grad=False)
+        m.bias = torch.nn.Parameter(bias[at : at + rows], requires_grad=False)
+        at += rows
+    return _Linear(weight, bias)
+
+
+class BertEncoder:
+    """`encoder(input_ids, token_type_ids, attention_mask)` → last hidden state (batch, tokens, hidden)."""
+
+    def __init__(self, model):
+        config = model.config
+        self.heads = int(config.num_attention_heads)
+        self.hidden = int(config.hidden_size)
+        self.eps = float(config.layer_norm_eps)
+        self.embeddings = model.embeddings
+        layers = []
+        for layer in model.encoder.layer:
+            own = layer.attention.self
+            layers.append(
+                _Layer(
+                    _relaid(own.query, own.key, own.value),
+                    _relaid(layer.attention.output.dense),
+                    layer.attention.output.LayerNorm,
+                    _relaid(layer.intermediate.dense),
+                    _relaid(layer.output.dense),
+                    layer.output.LayerNorm,
+                )
+            )
+        self.layers = layers
+
+    @classmethod
+    def of(cls, model) -> BertEncoder | None:
+        """The fast path for `model`, or None when it is not a plain BERT encoder this module reproduces."""
+        config = model.config
+        plain = (
+            getattr(config, "model_type", None) == "bert"
+            and getattr(config, "position_embedding_type", "absolute") == "absolute"
+            and getattr(config, "hidden_act", None) == "gelu"
+            and not getattr(config, "is_decoder", False)
+            and not getattr(config, "add_cross_attention", False)
+            and not getattr(config, "chunk_size_feed_forward", 0)
+            and hasattr(model, "embeddings")
+            and hasattr(model, "encoder")
+            and config.hidden_size % config.num_attention_heads == 0
+        )
+        return cls(model) if plain else None
+
+    def __call__(self, input_ids, token_type_ids, attention_mask):
+        import torch
+        from torch.nn import functional as F
+
+        batch, tokens = input_ids.shape
+        heads, hidden, eps = self.heads, self.hidden, self.eps
+        emb = self.embeddings
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = (
+            F.embedding(input_ids, emb.word_embeddings.weight)
+            + F.embedding(token_type_ids, emb.token_type_embeddings.weight)
+            + emb.position_embeddings.weight[:tokens]
+        )
+        x = F.layer_norm(x, (hidden,), emb.LayerNorm.weight, emb.LayerNorm.bias, eps)
+        mask = None  # no padding in the batch: no mask, as transformers does for SDPA
+        if attention_mask is not None and not bool(attention_mask.all()):
+            mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        for layer in self.layers:
+            qkv = F.linear(x, layer.qkv.weight, layer.qkv.bias)
+            qkv = qkv.view(batch, tokens, 3, heads, hidden // heads).permute(2, 0, 3, 1, 4)
+            context = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)
+            context = context.transpose(1, 2).reshape(batch, tokens, hidden)
+            x = F.layer_norm(
+                F.linear(context, layer.attn_out.weight, layer.attn_out.bias) + x,
+                (hidden,),
+                layer.attn_norm.weight,
+                layer.attn_norm.bias,
+                eps,
+            )
+            inner = F.gelu(F.linear(x, layer.intermediate.weight, layer.intermediate.bias))
+            x = F.layer_norm(
+                F.linear(inner, layer.out.weight, layer.out.bias) + x,
+                (hidden,),
+                layer.out_norm.weight,
+                layer.out_norm.bias,
+                eps,
+            )
+        return x
