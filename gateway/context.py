@@ -58,6 +58,8 @@ class Context:
     builds: dict[int, Any] = field(default_factory=dict)
     # The background job runner of this process (gateway/jobs/runner.py), made on first use.
     job_runner: Any = None
+    # The running turns' beats with nothing to save, read together (gateway/turns/checks.py), made on first use.
+    turn_checker: Any = None
 
     @property
     def jobs(self):
@@ -67,6 +69,14 @@ class Context:
 
             self.job_runner = JobRunner(self)
         return self.job_runner
+
+    @property
+    def turn_checks(self):
+        if self.turn_checker is None:
+            from .turns.checks import TurnChecks
+
+            self.turn_checker = TurnChecks(self.db, self.settings.turn_heartbeat_s)
+        return self.turn_checker
 
 
 def ctx(request: Request) -> Context:

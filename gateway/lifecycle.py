@@ -84,7 +84,13 @@ RUNNING_ANSWER = MESSAGES.update().where(
     MESSAGES.c.id == bindparam("b_message"), MESSAGES.c.status == "running"
 )
 INTERRUPT = MESSAGES.update().where(MESSAGES.c.chat_id == bindparam("b_chat"), MESSAGES.c.status == "running")
-TURN_OF = select(CHATS.c.turn_message_id, CHATS.c.turn_stop_at).where(CHATS.c.id == bindparam("b_chat"))
+BEATS = CHATS.update().where(
+    CHATS.c.id.in_(bindparam("b_chats", expanding=True)),
+    CHATS.c.turn_message_id.in_(bindparam("b_messages", expanding=True)),
+)
+TURNS_OF = select(CHATS.c.id, CHATS.c.turn_message_id, CHATS.c.turn_stop_at).where(
+    CHATS.c.id.in_(bindparam("b_chats", expanding=True))
+)
 
 
 def interrupt_running(s: Session | Connection, chat_id: int, reason: str = CRASHED) -> int:
@@ -184,14 +190,35 @@ def save_progress(
     return True, row[0] is not None
 
 
+def check_turns(
+    db: Database, turns: list[tuple[int, int]], beat: list[int] | None = None
+) -> list[tuple[bool, bool]]:
+    """`save_progress` with nothing to save, for several turns at once: for each (chat id, answer's message id),
+    the same answer (still owned, stop requested). The chats in `beat` get their heartbeat written (those still
+    owned: a turn's answer message names one chat), in one write; without any, one read without the write lock."""
+    chats = sorted({chat for chat, _ in turns})
+    beating = set(beat or ())
+    if beating:
+        with db.write() as conn:
+            messages = sorted({message for chat, message in turns if chat in beating})
+            now = utcnow()
+            conn.execute(
+                BEATS, {"b_chats": sorted(beating), "b_messages": messages, "turn_heartbeat_at": now}
+            )
+            found = {row[0]: row for row in conn.execute(TURNS_OF, {"b_chats": chats})}
+    else:
+        with db.read_engine.connect() as conn:
+            found = {row[0]: row for row in conn.execute(TURNS_OF, {"b_chats": chats})}
+    out = []
+    for chat_id, message_id in turns:
+        row = found.get(chat_id)
+        owned = row is not None and row[1] == message_id
+        out.append((owned, owned and row[2] is not None))
+    return out
+
+
 def check_turn(db: Database, chat_id: int, message_id: int) -> tuple[bool, bool]:
-    """`save_progress` with nothing to save and the heartbeat still fresh: the same answer (still owned, stop
-    requested) from one read, without the write lock."""
-    with db.read_engine.connect() as conn:
-        row = conn.execute(TURN_OF, {"b_chat": chat_id}).first()
-    if row is None or row[0] != message_id:
-        return False, False
-    return True, row[1] is not None
+    return check_turns(db, [(chat_id, message_id)])[0]
 
 
 def request_stop(db: Database, chat_id: int) -> int | None:
