@@ -47,10 +47,15 @@ class Access:
 INT32_MAX = 2**31 - 1  # Postgres `integer` ids (SQLModel's int primary keys); SQLite's are 64-bit
 
 
+def beyond_ids(s: Session, row_id: int) -> bool:
+    """An id past the database's integers, which names no row (Postgres would refuse the query: a client's
+    `2**62` is a 404, not a 500)."""
+    return s.get_bind().dialect.name == "postgresql" and row_id > INT32_MAX
+
+
 def get_row(s: Session, model: type[T], row_id: int) -> T | None:
-    """`s.get(model, row_id)`, with an id past the database's integers naming no row (instead of Postgres
-    refusing the query: a client's `2**62` is a 404, not a 500)."""
-    if s.get_bind().dialect.name == "postgresql" and row_id > INT32_MAX:
+    """`s.get(model, row_id)`, with an id past the database's integers naming no row."""
+    if beyond_ids(s, row_id):
         return None
     return s.get(model, row_id)
 

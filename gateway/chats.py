@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, delete, select
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from . import lifecycle
-from .access import get_row, readable_documents, readable_subset, readable_worker_names, require_indexes
+from .access import (
+    beyond_ids,
+    get_row,
+    readable_documents,
+    readable_subset,
+    readable_worker_names,
+    require_indexes,
+)
 from .answers import message_fields
 from .context import ctx, current_user, in_thread, path_id, read_json
-from .db import Chat, ChatIndex, Index, Message, User, iso, utcnow
+from .db import Chat, ChatIndex, Index, Message, User, iso, read_only, utcnow
 from .errors import NotFound
 from .responses import ChatFull, ChatSummary, MessageOut
 from .routing import ApiRoute, Operation, each
@@ -24,15 +32,28 @@ def owned_chat(s: Session, owner_id: int, chat_id: int) -> Chat:
     return chat
 
 
+# Built once: a turn's start reads both (gateway/lifecycle.py says why).
+CHAT = select(Chat.__table__).where(col(Chat.id) == bindparam("b_chat"))
+LINKED = (
+    select(Index.__table__)
+    .join(ChatIndex, col(ChatIndex.index_id) == col(Index.id))
+    .where(col(ChatIndex.chat_id) == bindparam("b_chat"))
+    .order_by(col(Index.id))
+)
+
+
+def read_chat(s: Session, owner_id: int, chat_id: int) -> Chat:
+    """`owned_chat`, to read only (db.read_only): a turn's start reads the chat so."""
+    row = None if beyond_ids(s, chat_id) else s.connection().execute(CHAT, {"b_chat": chat_id}).first()
+    if row is None or row.owner_id != owner_id:
+        raise NotFound(f"no chat {chat_id}", code="chat_not_found")
+    return read_only(Chat, row)
+
+
 def linked_indexes(s: Session, chat_id: int) -> list[Index]:
-    """Every index linked to the chat, readable or not: callers pass it through `readable_subset`."""
-    rows = s.exec(
-        select(Index)
-        .join(ChatIndex, col(ChatIndex.index_id) == col(Index.id))
-        .where(ChatIndex.chat_id == chat_id)
-        .order_by(col(Index.id))
-    )
-    return list(rows)
+    """Every index linked to the chat, readable or not, to read only (db.read_only): callers pass it through
+    `readable_subset`."""
+    return [read_only(Index, row) for row in s.connection().execute(LINKED, {"b_chat": chat_id})]
 
 
 def link_indexes(s: Session, chat: Chat, indexes: list[Index]) -> None:

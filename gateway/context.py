@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from sqlalchemy import bindparam
+from sqlmodel import col, select
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 
@@ -18,7 +20,7 @@ from contract.text import lone_surrogate_at, surrogate_refusal
 
 from . import keys
 from .auth import LoginThrottle, read_claims
-from .db import Database, User
+from .db import Database, User, read_only
 from .errors import BadRequest, Forbidden, NotFound, Unauthorized
 from .quotas import TurnSlots, upload_slots
 from .ratelimits import RateLimit
@@ -56,6 +58,8 @@ class Context:
     builds: dict[int, Any] = field(default_factory=dict)
     # The background job runner of this process (gateway/jobs/runner.py), made on first use.
     job_runner: Any = None
+    # The running turns' beats with nothing to save, read together (gateway/turns/checks.py), made on first use.
+    turn_checker: Any = None
 
     @property
     def jobs(self):
@@ -65,6 +69,14 @@ class Context:
 
             self.job_runner = JobRunner(self)
         return self.job_runner
+
+    @property
+    def turn_checks(self):
+        if self.turn_checker is None:
+            from .turns.checks import TurnChecks
+
+            self.turn_checker = TurnChecks(self.db, self.settings.turn_heartbeat_s)
+        return self.turn_checker
 
 
 def ctx(request: Request) -> Context:
@@ -88,11 +100,7 @@ async def current_user(request: Request) -> User:
     if from_cookie:
         check_cookie_request(request, c.settings)
 
-    def load() -> User | None:
-        with c.db.read() as s:
-            return s.get(User, claims.user_id)
-
-    user = await in_thread(load)
+    user = await in_thread(load_user, c.db, claims.user_id)
     if user is None:
         raise Unauthorized("the account in this token no longer exists: log in again", code="token_invalid")
     if user.disabled:
@@ -104,6 +112,17 @@ async def current_user(request: Request) -> User:
         )
     observe.user_id.set(user.id)  # on this request's log lines (and its turn's)
     return user
+
+
+# Built once, as every request signed in with a token reads it (gateway/lifecycle.py says why).
+USER = select(User.__table__).where(col(User.id) == bindparam("b_user"))
+
+
+def load_user(db: Database, user_id: int) -> User | None:
+    """The account, to read only (db.read_only)."""
+    with db.read_engine.connect() as conn:
+        row = conn.execute(USER, {"b_user": user_id}).first()
+    return read_only(User, row) if row is not None else None
 
 
 async def admin_user(request: Request) -> User:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Connection
+from sqlalchemy import ColumnElement, Connection, bindparam
 from sqlmodel import Session, col, select, update
 
 from .context import in_thread
@@ -44,9 +44,14 @@ def is_stale(chat: Chat, stale_s: float, now: datetime | None = None) -> bool:
     return beat < (now or utcnow()) - timedelta(seconds=stale_s)
 
 
-def stale_condition(stale_s: float):
-    """SQL: the lock is free or left by a replica that stopped refreshing it."""
-    cutoff = utcnow() - timedelta(seconds=stale_s)
+def stale_cutoff(stale_s: float) -> datetime:
+    """A heartbeat older than this is a dead owner's."""
+    return utcnow() - timedelta(seconds=stale_s)
+
+
+def free_or_stale(cutoff: datetime | ColumnElement) -> ColumnElement[bool]:
+    """SQL: the lock is free or left by a replica that stopped refreshing it before `cutoff` (a value, or a
+    parameter of a statement built once)."""
     return (
         col(Chat.turn_started_at).is_(None)
         | (col(Chat.turn_heartbeat_at).is_not(None) & (col(Chat.turn_heartbeat_at) < cutoff))
@@ -54,22 +59,43 @@ def stale_condition(stale_s: float):
     )
 
 
-def live_condition(stale_s: float):
-    """SQL: a turn runs in the chat, its owner alive (the lock is held and refreshed within `stale_s`)."""
-    cutoff = utcnow() - timedelta(seconds=stale_s)
+def alive_since(cutoff: datetime | ColumnElement) -> ColumnElement[bool]:
+    """SQL: a turn runs in the chat, its owner alive (the lock is held and refreshed since `cutoff`)."""
     return col(Chat.turn_started_at).is_not(None) & (
         (col(Chat.turn_heartbeat_at).is_not(None) & (col(Chat.turn_heartbeat_at) >= cutoff))
         | (col(Chat.turn_heartbeat_at).is_(None) & (col(Chat.turn_started_at) >= cutoff))
     )
 
 
+def stale_condition(stale_s: float) -> ColumnElement[bool]:
+    return free_or_stale(stale_cutoff(stale_s))
+
+
+# The statements every turn runs, built once. Building a statement costs more CPU than running it on SQLite;
+# a statement built once also keeps its cache key (docs/benchmarks.md, the concurrency bench's sixth round).
+# The UPDATEs without `values()` take their SET columns from the parameters they run with.
+CHATS, MESSAGES = Chat.__table__, Message.__table__
+BEAT = (
+    CHATS.update()
+    .where(CHATS.c.id == bindparam("b_chat"), CHATS.c.turn_message_id == bindparam("b_message"))
+    .returning(CHATS.c.turn_stop_at)
+)
+RUNNING_ANSWER = MESSAGES.update().where(
+    MESSAGES.c.id == bindparam("b_message"), MESSAGES.c.status == "running"
+)
+INTERRUPT = MESSAGES.update().where(MESSAGES.c.chat_id == bindparam("b_chat"), MESSAGES.c.status == "running")
+BEATS = CHATS.update().where(
+    CHATS.c.id.in_(bindparam("b_chats", expanding=True)),
+    CHATS.c.turn_message_id.in_(bindparam("b_messages", expanding=True)),
+)
+TURNS_OF = select(CHATS.c.id, CHATS.c.turn_message_id, CHATS.c.turn_stop_at).where(
+    CHATS.c.id.in_(bindparam("b_chats", expanding=True))
+)
+
+
 def interrupt_running(s: Session | Connection, chat_id: int, reason: str = CRASHED) -> int:
     """Mark the chat's `running` messages interrupted, keeping their partial text. Returns how many."""
-    result = s.execute(
-        update(Message)
-        .where(col(Message.chat_id) == chat_id, col(Message.status) == "running")
-        .values(status="interrupted", error=reason)
-    )
+    result = s.execute(INTERRUPT, {"b_chat": chat_id, "status": "interrupted", "error": reason})
     return result.rowcount or 0
 
 
@@ -103,7 +129,7 @@ def recover_chat(s: Session, chat_id: int, stale_s: float) -> bool:
 def recover_stale(db: Database, stale_s: float, owner: str | None = None) -> int:
     """Every turn whose owner stopped refreshing it (or, at start-up, that no live replica owns) is
     marked interrupted and its chat released. Also repairs `running` messages whose chat holds no lock."""
-    cutoff = utcnow() - timedelta(seconds=stale_s)
+    cutoff = stale_cutoff(stale_s)
     recovered = 0
     with db.session() as s:
         ids = s.exec(
@@ -144,15 +170,11 @@ def save_progress(
     The chat row is written before the message, the order in which the turn's final save (`turns/stored.py`: `save_complete`,
     `save_failed`: SQLAlchemy flushes the chats table first) takes them: one still running when the other
     starts waits for it, where the opposite order deadlocked on Postgres and lost one of the two writes."""
-    chats, messages = Chat.__table__, Message.__table__
     with db.write() as conn:
         # One statement for the heartbeat, the ownership check and the stop request (RETURNING: SQLite 3.35+,
         # Postgres), one for what changed in the answer, none when nothing did.
         row = conn.execute(
-            chats.update()
-            .where(chats.c.id == chat_id, chats.c.turn_message_id == message_id)
-            .values(turn_heartbeat_at=utcnow())
-            .returning(chats.c.turn_stop_at)
+            BEAT, {"b_chat": chat_id, "b_message": message_id, "turn_heartbeat_at": utcnow()}
         ).first()
         if row is None:
             return False, False
@@ -164,25 +186,39 @@ def save_progress(
         if documents is not None:
             values["documents"] = documents
         if values:
-            conn.execute(
-                messages.update()
-                .where(messages.c.id == message_id, messages.c.status == "running")
-                .values(**values)
-            )
+            conn.execute(RUNNING_ANSWER, {"b_message": message_id, **values})
     return True, row[0] is not None
 
 
+def check_turns(
+    db: Database, turns: list[tuple[int, int]], beat: list[int] | None = None
+) -> list[tuple[bool, bool]]:
+    """`save_progress` with nothing to save, for several turns at once: for each (chat id, answer's message id),
+    the same answer (still owned, stop requested). The chats in `beat` get their heartbeat written (those still
+    owned: a turn's answer message names one chat), in one write; without any, one read without the write lock."""
+    chats = sorted({chat for chat, _ in turns})
+    beating = set(beat or ())
+    if beating:
+        with db.write() as conn:
+            messages = sorted({message for chat, message in turns if chat in beating})
+            now = utcnow()
+            conn.execute(
+                BEATS, {"b_chats": sorted(beating), "b_messages": messages, "turn_heartbeat_at": now}
+            )
+            found = {row[0]: row for row in conn.execute(TURNS_OF, {"b_chats": chats})}
+    else:
+        with db.read_engine.connect() as conn:
+            found = {row[0]: row for row in conn.execute(TURNS_OF, {"b_chats": chats})}
+    out = []
+    for chat_id, message_id in turns:
+        row = found.get(chat_id)
+        owned = row is not None and row[1] == message_id
+        out.append((owned, owned and row[2] is not None))
+    return out
+
+
 def check_turn(db: Database, chat_id: int, message_id: int) -> tuple[bool, bool]:
-    """`save_progress` with nothing to save and the heartbeat still fresh: the same answer (still owned, stop
-    requested) from one read, without the write lock."""
-    chats = Chat.__table__
-    with db.read_engine.connect() as conn:
-        row = conn.execute(
-            select(chats.c.turn_message_id, chats.c.turn_stop_at).where(chats.c.id == chat_id)
-        ).first()
-    if row is None or row[0] != message_id:
-        return False, False
-    return True, row[1] is not None
+    return check_turns(db, [(chat_id, message_id)])[0]
 
 
 def request_stop(db: Database, chat_id: int) -> int | None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, true
-from sqlmodel import Session, col, select, update
+from sqlalchemy import Connection, bindparam
+from sqlmodel import Session, col, select
 
 from .. import lifecycle
 from ..access import readable_subset
-from ..chats import carried_history, linked_indexes, owned_chat
+from ..chats import carried_history, linked_indexes, read_chat
 from ..context import Context
-from ..db import Chat, Index, IndexDocument, Message, SettingRow, User, utcnow
+from ..db import Chat, Index, IndexDocument, SettingRow, User, utcnow
 from ..errors import BadRequest, Conflict
 from ..gate import should_use_rag
 from ..schemas import TurnRequest
@@ -35,21 +35,29 @@ def trim_history(history: list, max_messages: int, max_chars: int) -> list:
     return kept
 
 
-def default_options(s) -> dict:
-    row = s.get(SettingRow, TURN_OPTIONS_KEY)
-    return dict(row.value) if row else {}
+# Built once (gateway/lifecycle.py says why).
+OPTIONS = select(SettingRow.__table__.c.value).where(col(SettingRow.key) == TURN_OPTIONS_KEY)
+FILES = select(IndexDocument.__table__.c["index_id", "dataset", "filename"]).where(
+    col(IndexDocument.index_id).in_(bindparam("b_indexes", expanding=True)),
+    col(IndexDocument.filename).in_(bindparam("b_names", expanding=True)),
+)
+
+
+def default_options(s: Session) -> dict:
+    value = s.connection().execute(OPTIONS).scalar()
+    return dict(value) if value else {}
 
 
 def sendable_documents(s: Session, chat: Chat, indexes: list[Index]) -> list[dict]:
     """The chat's documents that still exist in an index it is linked to: an unlinked or deleted index, or a
     deleted file, must never be asked about (the worker would refuse the whole turn)."""
-    if not indexes:
+    names = {doc.get("filename") for doc in chat.documents if isinstance(doc, dict)}
+    names.discard(None)
+    if not indexes or not names:
         return []
     by_id = {i.id: i.worker_name for i in indexes}
-    files = {
-        (by_id[row.index_id], row.dataset, row.filename)
-        for row in s.exec(select(IndexDocument).where(col(IndexDocument.index_id).in_(list(by_id))))
-    }
+    params = {"b_indexes": list(by_id), "b_names": sorted(str(n) for n in names)}
+    files = {(by_id[i], dataset, filename) for i, dataset, filename in s.connection().execute(FILES, params)}
     kept = []
     for doc in chat.documents:
         if isinstance(doc, dict) and (doc.get("index"), doc.get("dataset"), doc.get("filename")) in files:
@@ -71,7 +79,7 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
     # then the writes in one short one, on the condition that the chat is as it was read: free, and not
     # changed since (`updated_at`, which every turn's start and end and every edit of the chat move on).
     with c.db.read() as s:
-        chat = owned_chat(s, user.id, chat_id)
+        chat = read_chat(s, user.id, chat_id)
         plan = read_plan(s, c, user, chat, body)
     if chat.turn_started_at is None:
         with c.db.write() as conn:
@@ -80,7 +88,7 @@ def plan_turn(c: Context, user: User, chat_id: int, body: TurnRequest) -> TurnPl
             conn.rollback()
     # Busy, or changed since it was read: read it again under the write lock, as the only turn that may start.
     with c.db.session() as s:
-        chat = owned_chat(s, user.id, chat_id)
+        chat = read_chat(s, user.id, chat_id)
         plan = read_plan(s, c, user, chat, body)
         if not start(s.connection(), c, plan, None):
             s.rollback()
@@ -120,41 +128,53 @@ def read_plan(s: Session, c: Context, user: User, chat: Chat, body: TurnRequest)
     )
 
 
+# Built once (lifecycle.py says why). TAKE: the chat's lock for this turn, if it is free or stale; TAKE_UNCHANGED:
+# the same, on the condition that the chat is as it was read. Their SET columns come with the parameters.
+TAKE = lifecycle.CHATS.update().where(
+    lifecycle.CHATS.c.id == bindparam("b_chat"), lifecycle.free_or_stale(bindparam("b_cutoff"))
+)
+TAKE_UNCHANGED = TAKE.where(lifecycle.CHATS.c.updated_at == bindparam("b_seen"))
+CHAT_ROW = lifecycle.CHATS.update().where(lifecycle.CHATS.c.id == bindparam("b_chat"))
+INSERT_MESSAGE = lifecycle.MESSAGES.insert().returning(lifecycle.MESSAGES.c.id)
+
+
 def start(conn: Connection, c: Context, plan: TurnPlan, seen: datetime | None) -> bool:
     """Take the chat's turn lock for this replica (if it is free or stale, and, given `seen`, the chat not
     changed since) and store both messages, the answer `running`, the lock pointed at it. False: not taken.
     A 429 when the account already has MAX_TURNS_PER_USER turns running, on any gateway process."""
     now = utcnow()
-    chats = Chat.__table__
     # One start per account at a time (Postgres: the user's row, locked to the end of this transaction; SQLite
     # runs one write transaction at a time already), so two processes cannot both count N-1 and both start.
     lock_account(conn, plan.user_id)
-    taken = conn.execute(
-        update(Chat)
-        .where(col(Chat.id) == plan.chat_id)
-        .where(lifecycle.stale_condition(c.settings.turn_lock_stale_s))
-        .where(col(Chat.updated_at) == seen if seen is not None else true())
-        .values(
-            turn_started_at=now,
-            turn_owner=c.replica,
-            turn_heartbeat_at=now,
-            turn_stop_at=None,
-            turn_message_id=None,
-        )
-    )
-    if taken.rowcount != 1:
-        return False
+    where = {"b_chat": plan.chat_id, "b_cutoff": lifecycle.stale_cutoff(c.settings.turn_lock_stale_s)}
+    lock = {
+        "turn_started_at": now,
+        "turn_owner": c.replica,
+        "turn_heartbeat_at": now,
+        "turn_stop_at": None,
+        "updated_at": now,
+    }
+    if seen is not None:
+        # Free and as it was read: no turn ran since, so none left a message running. Both messages first, then
+        # the lock taken and pointed at the answer in one UPDATE (not taken: all of it rolled back).
+        store_messages(conn, plan, now)
+        lock["turn_message_id"] = plan.message_id
+        if conn.execute(TAKE_UNCHANGED, {**where, "b_seen": seen, **lock}).rowcount != 1:
+            return False
+    else:
+        if conn.execute(TAKE, {**where, **lock, "turn_message_id": None}).rowcount != 1:
+            return False
+        # A turn whose owner died without a trace of it in the lock (taken over just now) is interrupted.
+        lifecycle.interrupt_running(conn, plan.chat_id)
+        store_messages(conn, plan, now)
+        conn.execute(CHAT_ROW, {"b_chat": plan.chat_id, "turn_message_id": plan.message_id})
     check_running_turns(conn, c, plan)
-    # A turn whose owner died without a trace of it in the lock (taken over just now) is interrupted.
-    lifecycle.interrupt_running(conn, plan.chat_id)
+    return True
+
+
+def store_messages(conn: Connection, plan: TurnPlan, now: datetime) -> None:
     plan.user_message_id = insert_message(conn, plan, "user", plan.message, now)
     plan.message_id = insert_message(conn, plan, "assistant", "", now)
-    conn.execute(
-        chats.update()
-        .where(chats.c.id == plan.chat_id)
-        .values(turn_message_id=plan.message_id, updated_at=now)
-    )
-    return True
 
 
 def check_running_turns(conn: Connection, c: Context, plan: TurnPlan) -> None:
@@ -165,26 +185,21 @@ def check_running_turns(conn: Connection, c: Context, plan: TurnPlan) -> None:
 
 def insert_message(conn: Connection, plan: TurnPlan, role: str, content: str, now: datetime) -> int:
     """One `running` message of the turn (every column given: Core applies none of the model's defaults)."""
-    messages = Message.__table__
-    row = conn.execute(
-        messages.insert()
-        .values(
-            chat_id=plan.chat_id,
-            role=role,
-            content=content,
-            documents=[],
-            citations=[],
-            steps=[],
-            timings={},
-            details={},
-            route=plan.route,
-            gate=plan.gate,
-            status="running",
-            created_at=now,
-        )
-        .returning(messages.c.id)
-    ).one()
-    return int(row[0])
+    values = {
+        "chat_id": plan.chat_id,
+        "role": role,
+        "content": content,
+        "documents": [],
+        "citations": [],
+        "steps": [],
+        "timings": {},
+        "details": {},
+        "route": plan.route,
+        "gate": plan.gate,
+        "status": "running",
+        "created_at": now,
+    }
+    return int(conn.execute(INSERT_MESSAGE, values).one()[0])
 
 
 def worker_payload(

@@ -44,8 +44,10 @@ async def keep_turn(c: Context, handle: TurnHandle) -> None:
         rec.documents_changed = False
         unchanged = content is None and step_list is None and documents is None
         try:
-            if unchanged and time.monotonic() - beaten < beat_every:
-                owned, stop = await in_thread(lifecycle.check_turn, c.db, plan.chat_id, plan.message_id)
+            if unchanged:  # with the other turns that beat now: one transaction for all
+                beat = time.monotonic() - beaten >= beat_every
+                owned, stop = await c.turn_checks.check(plan.chat_id, plan.message_id, beat)
+                beaten = time.monotonic() if beat else beaten
             else:
                 owned, stop = await in_thread(
                     lifecycle.save_progress,

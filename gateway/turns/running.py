@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 
-from sqlalchemy import Connection, func
+from sqlalchemy import Connection, bindparam, func
 from sqlmodel import col, delete, select, update
 
 from .. import lifecycle
@@ -25,28 +25,39 @@ from ..errors import TooManyRequests
 log = logging.getLogger("gateway.turns")
 
 
+# Built once (lifecycle.py says why): the account's row locked, and both kinds of running turns in one query.
+LOCK_ACCOUNT = select(User.id).where(col(User.id) == bindparam("b_user")).with_for_update()
+_CHAT_TURNS = (
+    select(func.count())
+    .select_from(Chat)
+    .where(col(Chat.owner_id) == bindparam("b_user"), col(Chat.id) != bindparam("b_but"))
+    .where(lifecycle.alive_since(bindparam("b_cutoff")))
+)
+_V1_TURNS = (
+    select(func.count())
+    .select_from(RunningTurn)
+    .where(col(RunningTurn.user_id) == bindparam("b_user"), col(RunningTurn.expires_at) > bindparam("b_now"))
+)
+LIVE_TURNS = select(_CHAT_TURNS.scalar_subquery() + _V1_TURNS.scalar_subquery())
+
+
 def lock_account(conn: Connection, user_id: int) -> None:
-    """One start per account at a time, to the end of the transaction (a no-op statement on SQLite)."""
-    conn.execute(select(User.id).where(col(User.id) == user_id).with_for_update())
+    """One start per account at a time, to the end of the transaction. Not on SQLite, which has no row locks
+    and runs one write transaction at a time already."""
+    if conn.dialect.name != "sqlite":
+        conn.execute(LOCK_ACCOUNT, {"b_user": user_id})
 
 
 def live_turns(conn: Connection, c: Context, user_id: int, but: int | None = None) -> int:
     """The account's running turns on any process: chats with a live turn (`but`: except this chat) and
     `/v1` turns whose heartbeat is fresh."""
-    chats = (
-        select(func.count())
-        .select_from(Chat)
-        .where(col(Chat.owner_id) == user_id)
-        .where(lifecycle.live_condition(c.settings.turn_lock_stale_s))
-    )
-    if but is not None:
-        chats = chats.where(col(Chat.id) != but)
-    v1 = (
-        select(func.count())
-        .select_from(RunningTurn)
-        .where(col(RunningTurn.user_id) == user_id, col(RunningTurn.expires_at) > time.time())
-    )
-    return int(conn.execute(chats).scalar_one()) + int(conn.execute(v1).scalar_one())
+    params = {
+        "b_user": user_id,
+        "b_but": 0 if but is None else but,  # ids start at 1: 0 excludes no chat
+        "b_cutoff": lifecycle.stale_cutoff(c.settings.turn_lock_stale_s),
+        "b_now": time.time(),
+    }
+    return int(conn.execute(LIVE_TURNS, params).scalar_one())
 
 
 def refuse_past_limit(c: Context, running: int) -> None:

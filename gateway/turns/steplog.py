@@ -1,5 +1,5 @@
 """The step log: each finished turn's steps as rows of `turn_steps` (gateway/db.py, migration 8), written with
-the answer in its transaction (one multi-row INSERT), and what the admin page charts from them.
+the answer in its transaction (one INSERT of many rows), and what the admin page charts from them.
 
 A turn's `step` events come in pairs (the stage starting, then its result with the method used); a stage is one
 row: where it started in the turn, the method, the detail of its last event, and its duration, which is the
@@ -21,8 +21,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
-from sqlmodel import Session, col, delete
+from sqlalchemy import Connection, func, select
+from sqlmodel import Session, col
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -100,12 +100,17 @@ def step_rows(message_id: int, steps: list[dict], timings: dict) -> list[dict]:
     return rows
 
 
+# Built once (gateway/lifecycle.py says why): a multi-row VALUES would be compiled afresh for each turn, as its
+# number of rows changes; an INSERT run with many parameter sets is compiled once.
+INSERT_STEP = TurnStep.__table__.insert()
+
+
 def save_steps(s: Session | Connection, message_id: int, steps: list[dict], timings: dict) -> None:
-    """Replace the message's step rows, inside the caller's transaction: one DELETE, one multi-row INSERT."""
+    """The step rows of a finished turn's answer, inside the caller's transaction (the one that stores the
+    answer, once: its message was made when the turn started, so it has none yet)."""
     rows = step_rows(message_id, steps, timings)
-    s.execute(delete(TurnStep).where(col(TurnStep.message_id) == message_id))
     if rows:
-        s.execute(insert(TurnStep).values(rows))
+        s.execute(INSERT_STEP, rows)
 
 
 def stage_medians(s: Session, since) -> list[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, select, update
 
 from .. import answers, lifecycle
@@ -25,13 +26,22 @@ def release(s: Session, plan: TurnPlan) -> None:
     )
 
 
+# Built once (lifecycle.py says why): the chat while this turn holds it, and one message of the turn.
+TURN_CHAT = lifecycle.CHATS.update().where(
+    lifecycle.CHATS.c.id == bindparam("b_chat"), lifecycle.CHATS.c.turn_message_id == bindparam("b_message")
+)
+TURN_MESSAGE = lifecycle.MESSAGES.update().where(
+    lifecycle.MESSAGES.c.id == bindparam("b_message"), lifecycle.MESSAGES.c.chat_id == bindparam("b_chat")
+)
+
+
 def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
     """Both messages and the new chat state, in one transaction of a few Core statements. The turn lock is
     released here, or, for a chat still to be named, once the title is stored (so a reload after the turn always
     shows it). The chat row is written first, as every write of a running turn takes them (lifecycle.py)."""
     done = rec.done
-    chats, messages = Chat.__table__, Message.__table__
     stored = answers.stored_json(done)
+    turn = {"b_chat": plan.chat_id, "b_message": plan.message_id}
     with c.db.write() as conn:
         # The chat state only while this turn still holds the chat (a replica that took it over keeps it).
         state: dict = {"history": stored["history"], "updated_at": utcnow()}
@@ -41,20 +51,10 @@ def save_complete(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
             state["datasets"] = plan.datasets
         if not plan.needs_title:
             state.update(lifecycle.clear_lock_values())
-        conn.execute(
-            chats.update()
-            .where(chats.c.id == plan.chat_id, chats.c.turn_message_id == plan.message_id)
-            .values(**state)
-        )
-        answered = conn.execute(
-            messages.update()
-            .where(messages.c.id == plan.message_id, messages.c.chat_id == plan.chat_id)
-            .values(**answers.stored_values(stored, done, rec.steps))
-        )
+        conn.execute(TURN_CHAT, {**turn, **state})
+        answered = conn.execute(TURN_MESSAGE, {**turn, **answers.stored_values(stored, done, rec.steps)})
         asked = conn.execute(
-            messages.update()
-            .where(messages.c.id == plan.user_message_id, messages.c.chat_id == plan.chat_id)
-            .values(status="complete")
+            TURN_MESSAGE, {"b_chat": plan.chat_id, "b_message": plan.user_message_id, "status": "complete"}
         )
         if answered.rowcount != 1 or asked.rowcount != 1:  # deleted while the turn ran: nothing to store
             conn.rollback()

@@ -4,6 +4,7 @@ writer, and a running turn's saves report its ownership and a stop asked for els
 from __future__ import annotations
 
 import sqlite3
+from datetime import timedelta
 
 from gateway import lifecycle
 from gateway.db import Chat, Database, Message, User, utcnow
@@ -63,6 +64,49 @@ def test_the_periodic_save_and_its_read_only_check_see_ownership_and_a_stop(tmp_
     assert lifecycle.save_progress(db, chat_id, msg_id, "lost", None, None) == (False, False)
     with db.read() as s:
         assert s.get(Message, msg_id).content == "partial"
+    db.dispose()
+
+
+def test_the_beats_of_several_turns_in_one_write_each_see_its_own_ownership_and_stop(tmp_path):
+    db, chat_id, msg_id = seeded(tmp_path)
+    old = utcnow() - timedelta(seconds=60)
+    with db.session() as s:  # a second running turn, and a third chat whose turn another replica took over
+        owner = s.get(Chat, chat_id).owner_id
+        chats = [Chat(owner_id=owner), Chat(owner_id=owner)]
+        for chat in chats:
+            s.add(chat)
+        s.flush()
+        msgs = [Message(chat_id=chat.id, role="assistant", content="", status="running") for chat in chats]
+        for msg in msgs:
+            s.add(msg)
+        s.flush()
+        for chat, msg in zip(chats, msgs, strict=True):
+            chat.turn_started_at, chat.turn_heartbeat_at, chat.turn_message_id = old, old, msg.id
+            s.add(chat)
+        s.commit()
+        (second, second_msg), (lost, lost_msg) = [(c.id, m.id) for c, m in zip(chats, msgs, strict=True)]
+    with db.write() as conn:  # the first turn's heartbeat is old too; the third chat runs another answer now
+        conn.execute(
+            Chat.__table__.update().where(Chat.__table__.c.id == chat_id).values(turn_heartbeat_at=old)
+        )
+        conn.execute(
+            Chat.__table__.update().where(Chat.__table__.c.id == lost).values(turn_message_id=lost_msg + 100)
+        )
+    assert lifecycle.request_stop(db, second) == second_msg
+    turns = [(chat_id, msg_id), (second, second_msg), (lost, lost_msg)]
+    # A read only: nothing written.
+    assert lifecycle.check_turns(db, turns) == [(True, False), (True, True), (False, False)]
+    with db.read() as s:
+        assert all(lifecycle.aware(s.get(Chat, c).turn_heartbeat_at) == old for c, _ in turns)
+    # With the beats of all three: each owned turn's heartbeat written, the lost one's left to its new owner.
+    assert lifecycle.check_turns(db, turns, beat=[chat_id, second, lost]) == [
+        (True, False),
+        (True, True),
+        (False, False),
+    ]
+    with db.read() as s:
+        beats = {c: lifecycle.aware(s.get(Chat, c).turn_heartbeat_at) for c, _ in turns}
+    assert beats[chat_id] > old and beats[second] > old and beats[lost] == old
     db.dispose()
 
 
