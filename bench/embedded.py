@@ -283,25 +283,28 @@ def quality(split: str, n: int, models: list[str], threads: int, max_tokens: int
 # marked. `extract` replaces a failing draft with quotes and watches the stream (a draft the watch stops is
 # reviewed as cut); `flag` shows every draft, marked, whatever the minimum; "+idk": the model's own "the sources
 # don't say" ends the turn as an abstention. The "extract, min" rows are the middle policy: the draft kept down to
-# a lower supported share.
+# a lower supported share ("no watch": if the watch, which stops a draft whose first sentence fails, were relaxed
+# with it).
 POLICIES = {
-    # name: (GROUNDING_MIN_SHARE, what a draft that fails becomes, the model's "I don't know" abstains)
-    "extract": (0.8, "quotes", False),
-    "extract+idk": (0.8, "quotes", True),
-    "extract, min 0.6": (0.6, "quotes", False),
-    "extract, min 0.5": (0.5, "quotes", False),
-    "extract, min 0.4": (0.4, "quotes", False),
-    "flag": (0.8, "draft", False),
-    "flag+idk": (0.8, "draft", True),
-    "quotes only": (1.01, "quotes", False),
+    # name: (GROUNDING_MIN_SHARE, what a draft that fails becomes, the model's "I don't know" abstains, the stream
+    # watch stops a draft going wrong)
+    "extract": (0.8, "quotes", False, True),
+    "extract+idk": (0.8, "quotes", True, True),
+    "extract, min 0.6": (0.6, "quotes", False, True),
+    "extract, min 0.5": (0.5, "quotes", False, True),
+    "extract, min 0.4": (0.4, "quotes", False, True),
+    "min 0.5 no watch": (0.5, "quotes", False, False),
+    "flag": (0.8, "draft", False, False),
+    "flag+idk": (0.8, "draft", True, False),
+    "quotes only": (1.01, "quotes", False, False),
 }
 
 
 def shown(r: dict, policy: str) -> tuple[str, dict]:
     """("draft" | "quotes" | "abstain", the draft as shown: the whole one, or the watch's cut under extract)."""
-    min_share, failing, idk_abstains = POLICIES[policy]
+    min_share, failing, idk_abstains, watched = POLICIES[policy]
     draft = r
-    if failing == "quotes" and r.get("watch"):
+    if watched and r.get("watch"):
         draft = {**r, **r["watch"]}
         if "correct" in r["watch"]:
             draft["correct"] = r["watch"]["correct"]

@@ -57,7 +57,7 @@ class Packaged:
     # The YES/NO steps this model is asked in (JUDGE_STEPS); the others decide by their model-free rule
     # (docs/benchmarks.md, "Embedded models": chosen on SciFact train and questions written for the bench).
     # Neither packaged model is asked in any: in the band where a step would ask it, Qwen2.5-1.5B was right on
-    # 32% (relevance), 14% (fetch check) and 23% (triage) of the train items, against 88%, 50% and 96% for the
+    # 32% (relevance), 14% (fetch check) and 23% (triage) of the train items, against 88%, 50% and 91% for the
     # rules below (it answers the user's question instead of the one about it: "Is it true that ...?" gets
     # "NO", "Hi there!" gets "documents needed"), and each call cost it 1-6 s; SmolLM2 said NO or nothing.
     judges: frozenset[str] = frozenset()
