@@ -104,12 +104,14 @@ async def _upload(request: Request, c: Context, user, index, slot) -> Response:
     upload.file.seek(0)
 
     def queue() -> Job:
-        # The slot is given back in the same thread as the job's commit: from then on the job counts as
-        # unfinished, and a concurrent check (MAX_UPLOADS_PER_USER) must not count this upload twice, as the
-        # slot and as the job, across a hop back to the event loop (a burst of 20 got a spurious 429).
-        job = queue_upload(c, user.id, index.id, dataset, filename, upload.content_type, upload.file)
+        # The slot is given back before the job's commit, never after: the check before the body
+        # (MAX_UPLOADS_PER_USER) reads the unfinished jobs, then this process's slots, so an upload between its
+        # commit and its slot's release was counted twice, as the job and as the slot (a burst of 20 got a
+        # spurious 429, on CI even with the release in the committing thread). Given back first, an upload is
+        # at worst counted by neither in that moment, and the count in the queueing transaction still holds
+        # the limit exactly.
         slot.release()
-        return job
+        return queue_upload(c, user.id, index.id, dataset, filename, upload.content_type, upload.file)
 
     job = await in_thread(queue)
     q = c.jobs.listen(job.id)  # before the job can start: this stream sees its every stage

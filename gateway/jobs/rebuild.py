@@ -103,12 +103,17 @@ async def see(run: JobRun, data: dict, known: dict) -> None:
         return
     key = (str(data.get("dataset") or "default")[:64], name)
     file = known.get(key)
-    if file is None:
-        (file,) = await run.add_files([{"dataset": key[0], "filename": key[1], "state": "running"}])
-        known[key] = file
     stage = str(data.get("stage") or "")
+    added = file is None
+    if file is None:
+        # The row is made with its first stage and detail (the worker's done/total), in one commit: a stream
+        # rejoined between the row and its first progress write showed the job's file count as the total.
+        (file,) = await run.add_files(
+            [{"dataset": key[0], "filename": key[1], "state": "running", "stage": stage[:64], "detail": data}]
+        )
+        known[key] = file
     end = END_STAGES.get(stage)
-    await run.progress(file, stage, data, force=end is not None)
+    await run.progress(file, stage, data, force=added or end is not None)
     if end is not None and file.state != end:
         file.state = end
 
