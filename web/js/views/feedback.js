@@ -2,7 +2,7 @@
 // may change a rating or take it back (pressing the chosen thumb again).
 
 import { api } from "../api.js";
-import { h } from "../dom.js";
+import { h, icon } from "../dom.js";
 import { t } from "../i18n.js";
 
 export const REASONS = {
@@ -18,8 +18,9 @@ export function attachFeedback(turn, chatId, current = null) {
   const slot = turn.feedbackSlot;
   let rating = current;
   const status = h("span", { class: "feedback-status muted", role: "status" });
-  const up = h("button", { class: "button ghost feedback-up", type: "button", "aria-label": t("Good answer"), title: t("Good answer"), text: "👍" });
-  const down = h("button", { class: "button ghost feedback-down", type: "button", "aria-label": t("Bad answer"), title: t("Bad answer"), text: "👎" });
+  // Drawn thumbs, not emoji: a machine without an emoji font showed two empty boxes.
+  const up = h("button", { class: "button ghost feedback-up", type: "button", "aria-label": t("Good answer"), title: t("Good answer") }, icon("thumbsUp"));
+  const down = h("button", { class: "button ghost feedback-down", type: "button", "aria-label": t("Bad answer"), title: t("Bad answer") }, icon("thumbsDown"));
   const reason = h(
     "select",
     { class: "feedback-reason", "aria-label": t("What was wrong") },
