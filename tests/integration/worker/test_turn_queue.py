@@ -27,6 +27,9 @@ def one_slot_worker(corpus_root, fake_ollama_server):
         "RAG_CONCURRENCY": "1",
         "MAX_QUEUED_TURNS": "1",
         "SSE_KEEPALIVE_S": "1",
+        # The line is per process (docs/design/ARCHITECTURE.md, "Several processes per service"): this file
+        # fills one process's, so it runs one whatever TEST_WORKER_WORKERS says.
+        "WORKER_WORKERS": "1",
         **OLLAMA_ENV,
     }
     with worker_process(corpus_root, env=env) as proc:
