@@ -112,24 +112,19 @@ class BertEncoder:
         mask = None  # no padding in the batch: no mask, as transformers does for SDPA
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+
+        def add_norm(y, residual, proj, norm):
+            """BERT's "add & norm": the projection of `y`, plus the residual, layer-normed."""
+            return F.layer_norm(
+                F.linear(y, proj.weight, proj.bias) + residual, (hidden,), norm.weight, norm.bias, eps
+            )
+
         for layer in self.layers:
             qkv = F.linear(x, layer.qkv.weight, layer.qkv.bias)
             qkv = qkv.view(batch, tokens, 3, heads, hidden // heads).permute(2, 0, 3, 1, 4)
             context = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)
             context = context.transpose(1, 2).reshape(batch, tokens, hidden)
-            x = F.layer_norm(
-                F.linear(context, layer.attn_out.weight, layer.attn_out.bias) + x,
-                (hidden,),
-                layer.attn_norm.weight,
-                layer.attn_norm.bias,
-                eps,
-            )
+            x = add_norm(context, x, layer.attn_out, layer.attn_norm)
             inner = F.gelu(F.linear(x, layer.intermediate.weight, layer.intermediate.bias))
-            x = F.layer_norm(
-                F.linear(inner, layer.out.weight, layer.out.bias) + x,
-                (hidden,),
-                layer.out_norm.weight,
-                layer.out_norm.bias,
-                eps,
-            )
+            x = add_norm(inner, x, layer.out, layer.out_norm)
         return x
