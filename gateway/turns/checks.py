@@ -35,19 +35,44 @@ class TurnChecks:
         self.waiting.append((chat_id, message_id, beat, answer))
         if self.gathering is None:
             self.gathering = asyncio.create_task(self.read_together(), name="turn-checks")
+            self.gathering.add_done_callback(self.cancelled_early)
         return await answer
 
+    def cancelled_early(self, task: asyncio.Task) -> None:
+        """A gathering cancelled before it ran (it never reached its own handler): its turns' waits end too."""
+        if task.cancelled() and self.gathering is task:
+            asked, self.waiting, self.gathering = self.waiting, [], None
+            for *_turn, answer in asked:
+                answer.cancel()
+
     async def read_together(self) -> None:
-        await asyncio.sleep(self.window_s)
-        asked, self.waiting, self.gathering = self.waiting, [], None
-        turns = [(chat, message) for chat, message, _b, _a in asked]
-        beat = [chat for chat, _m, beats, _a in asked if beats]
+        asked: list = []
+
+        def take() -> list:
+            """The turns asking so far; the next one to ask starts the next gathering."""
+            taken, self.waiting, self.gathering = self.waiting, [], None
+            return taken
+
         try:
+            await asyncio.sleep(self.window_s)
+            asked = take()
+            turns = [(chat, message) for chat, message, _b, _a in asked]
+            beat = [chat for chat, _m, beats, _a in asked if beats]
             found = await in_thread(lifecycle.check_turns, self.db, turns, beat)
-        except Exception as exc:  # every turn asking reports it and tries again at its next beat
+        except BaseException as exc:
+            # A failed read: every turn asking reports it and tries again at its next beat. This gathering
+            # cancelled (the process stopping), in its window or in its read: so is each turn's wait, which never
+            # hangs on an answer, and the next turn to ask starts a new gathering.
+            if self.gathering is asyncio.current_task():
+                asked = take()
             for *_turn, answer in asked:
                 if not answer.done():
-                    answer.set_exception(exc)
+                    if isinstance(exc, Exception):
+                        answer.set_exception(exc)
+                    else:
+                        answer.cancel()
+            if not isinstance(exc, Exception):
+                raise
             return
         for (*_turn, answer), result in zip(asked, found, strict=True):
             if not answer.done():  # not if its turn was cancelled meanwhile
