@@ -217,10 +217,6 @@ def check_turns(
     return out
 
 
-def check_turn(db: Database, chat_id: int, message_id: int) -> tuple[bool, bool]:
-    return check_turns(db, [(chat_id, message_id)])[0]
-
-
 def request_stop(db: Database, chat_id: int) -> int | None:
     """Record a stop for the chat's running turn; returns its message id, or None when none runs."""
     with db.session() as s:

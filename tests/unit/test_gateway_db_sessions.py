@@ -50,9 +50,9 @@ def test_a_read_session_reads_while_another_connection_holds_the_write_lock(tmp_
 def test_the_periodic_save_and_its_read_only_check_see_ownership_and_a_stop(tmp_path):
     db, chat_id, msg_id = seeded(tmp_path)
     assert lifecycle.save_progress(db, chat_id, msg_id, "partial", None, None) == (True, False)
-    assert lifecycle.check_turn(db, chat_id, msg_id) == (True, False)
+    assert lifecycle.check_turns(db, [(chat_id, msg_id)]) == [(True, False)]
     assert lifecycle.request_stop(db, chat_id) == msg_id
-    assert lifecycle.check_turn(db, chat_id, msg_id) == (True, True)
+    assert lifecycle.check_turns(db, [(chat_id, msg_id)]) == [(True, True)]
     assert lifecycle.save_progress(db, chat_id, msg_id, None, [{"step": "x"}], None) == (True, True)
     with db.read() as s:
         msg = s.get(Message, msg_id)
@@ -60,7 +60,7 @@ def test_the_periodic_save_and_its_read_only_check_see_ownership_and_a_stop(tmp_
     # Another turn took the chat: this one is no longer owned, and its save writes nothing.
     with db.write() as conn:
         conn.execute(Chat.__table__.update().values(turn_message_id=msg_id + 100))
-    assert lifecycle.check_turn(db, chat_id, msg_id) == (False, False)
+    assert lifecycle.check_turns(db, [(chat_id, msg_id)]) == [(False, False)]
     assert lifecycle.save_progress(db, chat_id, msg_id, "lost", None, None) == (False, False)
     with db.read() as s:
         assert s.get(Message, msg_id).content == "partial"
