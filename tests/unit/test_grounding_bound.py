@@ -1,0 +1,118 @@
+"""The grounding check embeds only the passage sentences that can be an answer sentence's best match (issue 31):
+the cited passages, then those whose ceiling (a cosine of 1 with their word overlap) reaches the best score found.
+Its verdicts are exactly those of embedding every passage sentence (real embedder, no LLM).
+
+Reproduced first: on the code before, a quote of one source embedded the sentences of every passage the model read
+(`test_a_quote_of_its_cited_source_embeds_that_source_only` failed with the ducks' sentences embedded too).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rag_worker.pipeline.grounding import check
+from rag_worker.pipeline.grounding.sentences import is_claim, passage_sentences, split_sentences
+from tests.unit.test_grounding import BACKUP, DOCS, DUCKS, INVENTED, make_turn, passages
+
+README = (
+    "The worker serves searches and chat turns; the gateway checks who may read what. Logs go to standard "
+    "output as JSON lines. Set LOG_LEVEL=debug for more detail about each request. The gateway listens on "
+    "port 8000 and the worker on port 8001 by default."
+)
+BIRDS = (
+    "Geese fly in a V formation to save energy on long migrations. Swans mate for life and defend their nests "
+    "fiercely. A young swan is called a cygnet, and its feathers are grey for the first year."
+)
+MANY = [
+    {"ref": "S1", "id": "r", "filename": "README.md", "text": BACKUP, "context": None},
+    {"ref": "S2", "id": "d", "filename": "ducks.md", "text": DUCKS, "context": None},
+    {"ref": "S3", "id": "o", "filename": "ops.md", "text": README, "context": None},
+    {"ref": "S4", "id": "b", "filename": "birds.md", "text": BIRDS, "context": None},
+]
+REPLIES = [
+    "All state is in two folders, `index_store/` and `shared_uploads/` [S1]. Stop the system, then copy both [S1].",
+    "Copy the index_store and shared_uploads folders after stopping the system [S1]. "
+    "Ducks have waterproof feathers thanks to an oil gland [S1].",
+    "A male duck is called a drake [S1]. Stop the system, then copy both folders with tar [S9].",
+    "The gateway listens on port 8000 [S3]. A young swan is a cygnet with grey feathers [S2, S4].",
+    "Geese save energy flying in formation. Logs are JSON lines on standard output. " + INVENTED,
+    "To back up the data, stop the system, then copy both folders `index_store` and `shared_uploads`.\n"
+    "- A male duck is called a drake\n\n" + INVENTED,
+    "Swans defend their nests and mate for life [S4]; debug logging shows more about each request [S4].",
+]
+
+
+def full(embedder, reply: str, docs: list[dict]):
+    """The check embedding every passage sentence: a ceiling no passage sentence stays under."""
+    saved = check.CEILING_COSINE
+    check.CEILING_COSINE = 1e9
+    try:
+        return check.check(make_turn(embedder), reply, passages(docs), docs)
+    finally:
+        check.CEILING_COSINE = saved
+
+
+def same(got, want) -> None:
+    (fixed, g), (fixed2, g2) = got, want
+    assert fixed == fixed2  # citations corrected and added alike
+    assert (g["supported"], g["checked"], g["supported_share"]) == (
+        g2["supported"],
+        g2["checked"],
+        g2["supported_share"],
+    )
+    for a, b in zip(g["sentences"], g2["sentences"], strict=True):
+        a, b = dict(a), dict(b)
+        for key in ("score", "similarity", "overlap"):
+            assert a.pop(key) == pytest.approx(b.pop(key), abs=2e-4)  # one batched pass against two
+        assert a == b  # label, source and its span, refs, citation_ok, corrected_from, citation_added
+
+
+@pytest.mark.parametrize("reply", REPLIES)
+def test_the_verdicts_are_those_of_embedding_every_passage_sentence(embedder, reply):
+    same(check.check(make_turn(embedder), reply, passages(MANY), MANY), full(embedder, reply, MANY))
+
+
+def test_random_answers_made_of_passage_sentences_and_inventions_get_the_same_verdicts(embedder):
+    """Answers spliced from the passages' sentences (quoted, cut short, cited right, wrong or not at all) and
+    invented ones: the same verdicts as the full check, every one."""
+    rng = random.Random(31)
+    pool = [p.text for d in MANY for p in passage_sentences(d["ref"], d["text"])]
+    pool += [s.plain for s in split_sentences(INVENTED)]
+    for _ in range(12):
+        parts = []
+        for text in rng.sample(pool, 3):
+            words = text.rstrip(".").split()
+            cut = " ".join(words[: rng.randint(max(3, len(words) // 2), len(words))])
+            cite = rng.choice(["", " [S1]", " [S2]", " [S3]", " [S4]", " [S2, S3]", " [S7]"])
+            parts.append(f"{cut}{cite}.")
+        reply = " ".join(parts)
+        same(check.check(make_turn(embedder), reply, passages(MANY), MANY), full(embedder, reply, MANY))
+
+
+def asked(turn) -> set[str]:
+    """The texts this turn had embedded (or found in the embedder's cache): every vector it holds."""
+    return set(turn._vectors)
+
+
+def test_a_quote_of_its_cited_source_embeds_that_source_only(embedder):
+    turn = make_turn(embedder)
+    reply = "All state is in two folders, `index_store/` and `shared_uploads/` [S1]. Stop the system, then copy both [S1]."
+    fixed, g = check.check(turn, reply, passages(MANY), MANY)
+    assert [s["label"] for s in g["sentences"]] == ["supported", "supported"] and fixed == reply
+    answer = {s.plain for s in split_sentences(reply) if is_claim(s)}
+    cited = {p.text for p in passage_sentences("S1", BACKUP)}
+    assert asked(turn) <= answer | cited
+    others = {p.text for d in MANY[1:] for p in passage_sentences(d["ref"], d["text"])}
+    assert not asked(turn) & others  # the ducks, the operations notes and the birds were never embedded
+
+
+def test_an_invention_still_reads_what_could_back_it(embedder):
+    """A sentence no source backs has a low best score: every passage sentence whose ceiling reaches it is
+    embedded, so its label is not settled by the first candidate alone."""
+    turn = make_turn(embedder)
+    _, g = check.check(turn, INVENTED, passages(DOCS), DOCS)
+    assert [s["label"] for s in g["sentences"]] == ["unsupported", "unsupported"]
+    every = {p.text for d in DOCS for p in passage_sentences(d["ref"], d["text"])}
+    assert len(asked(turn) & every) > 1
