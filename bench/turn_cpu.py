@@ -22,6 +22,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chunks", type=int, default=10_000)
     ap.add_argument("--turns", type=int, default=12)
+    ap.add_argument("--profile", metavar="PATH", help="write a cProfile of the measured turns (calling thread) here")
     args = ap.parse_args()
     from bench.concurrency import chunk_questions
     from bench.pipeline_overhead import build_index
@@ -73,9 +74,18 @@ def main() -> None:
         for q in questions[: args.turns]:
             turn(q)
         calls.clear(), texts.clear(), cpu.clear()
+        profile = None
+        if args.profile:
+            import cProfile
+
+            profile = cProfile.Profile(time.thread_time)
+            profile.enable()
         t0 = time.process_time()
         abstained = sum(bool(turn(q).get("abstained")) for q in questions[args.turns :])
         total = (time.process_time() - t0) / args.turns
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(args.profile)
     n = args.turns
     print(f"index of {n_chunks} chunks, {n} RAG turns after {n} warm-up turns ({abstained} abstained)")
     print(f"process CPU per turn: {total * 1000:.1f} ms")

@@ -1,5 +1,6 @@
 """The grounding check embeds only the passage sentences that can be an answer sentence's best match (issue 31):
-the cited passages, then those whose ceiling (a cosine of 1 with their word overlap) reaches the best score found.
+the best word overlap first (among the cited passages' sentences, if any), then those whose ceiling (a cosine of 1
+with their word overlap) reaches the best score found, or could still make a citation hold.
 Its verdicts are exactly those of embedding every passage sentence (real embedder, no LLM).
 
 Reproduced first: on the code before, a quote of one source embedded the sentences of every passage the model read
@@ -106,6 +107,7 @@ def test_a_quote_of_its_cited_source_embeds_that_source_only(embedder):
     assert asked(turn) <= answer | cited
     others = {p.text for d in MANY[1:] for p in passage_sentences(d["ref"], d["text"])}
     assert not asked(turn) & others  # the ducks, the operations notes and the birds were never embedded
+    assert len(asked(turn) & cited) < len(cited)  # nor every sentence of the Backup passage
 
 
 def test_an_invention_still_reads_what_could_back_it(embedder):

@@ -15,8 +15,8 @@ A supported sentence that cites nothing gets the citation of its supporting sour
 a model that answers from the sources but forgets its markers (Qwen2.5-1.5B often does) still gives a cited answer.
 All embeddings of one check go through `Turn.embed_texts`, at most two batched calls whose vectors the turn keeps
 for provenance and the extractive answer. Only the passage sentences that can be a best match are embedded (`_scores`:
-the cited passages, then those whose ceiling, a cosine of 1, reaches the best score found): the verdicts are exactly
-those of embedding them all, for a third of the forward passes at a RAG turn over 10,000 chunks.
+the best word overlap first, then those whose ceiling, a cosine of 1, reaches the best score found): the verdicts are
+exactly those of embedding them all, for a fraction of the forward passes at a RAG turn over 10,000 chunks.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def check(turn: Turn, reply: str, passages: dict[str, str], documents: list[dict
         out = [_entry(s, "unsupported", 0.0, 0.0, 0.0, None, None) for s in sentences]
         return reply, _summary(out)
     refs_of = np.array([p.ref for p in plist])
-    sim, scores, lex = _scores(turn, sentences, plist, refs_of, passages, t.sim_weight)
+    sim, scores, lex = _scores(turn, sentences, plist, refs_of, passages, t)
     known = {d["ref"] for d in documents if d.get("ref")}
     entries: list[dict] = []
     edits: list[tuple[int, int, str]] = []
@@ -128,28 +128,26 @@ def _scores(
     plist: list[PassageSentence],
     refs_of: np.ndarray,
     passages: dict[str, str],
-    weight: float,
+    t: Thresholds,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(similarity, score, lexical) of every answer sentence against every passage sentence, embedding only the
     passage sentences that can matter: exact, not an approximation.
 
     A score is `weight * cosine + (1 - weight) * lexical`, and a cosine of normalised vectors is at most 1, so
-    before any embedding each passage sentence has a ceiling, `weight + (1 - weight) * lexical`. First come the
-    sentences of the passages an answer sentence cites (all of them: whether its citation holds is read there) or,
-    for one citing nothing, the passage sentence sharing most of its words; then every passage sentence whose
-    ceiling reaches the best score found so far for some answer sentence. Any other could not be the best match of
-    any answer sentence, nor a cited one: its similarity is left at -1 and its score at -inf, so labels, scores, sources and citation checks are those of embedding them all. A quote of its cited passage
-    embeds that passage's sentences only (a RAG turn's passages are five documents with their neighbours)."""
+    before any embedding each passage sentence has a ceiling, `weight + (1 - weight) * lexical`. First comes, for
+    each answer sentence, the passage sentence sharing most of its words among those it cites (or among all, when
+    it cites nothing); then every passage sentence whose ceiling reaches an answer sentence's best score so far,
+    and, for an answer sentence whose cited passages have not yet reached `ungrounded_below` (its citation would
+    not hold), every cited one whose ceiling reaches that. Any other could not be an answer sentence's best match
+    nor change whether its citation holds: its similarity is left at -1 and its score at -inf, so labels, scores,
+    sources and citation checks are those of embedding them all. A quote of its cited passage embeds one passage
+    sentence (a RAG turn reads five documents with their neighbours)."""
+    weight, floor = t.sim_weight, t.ungrounded_below
     n, m = len(sentences), len(plist)
     lex = np.stack([lexical(content_words(s.plain), plist) for s in sentences])
-    first: set[int] = set()
+    cites = np.zeros((n, m), dtype=bool)
     for i, s in enumerate(sentences):
-        cited = [r for r in s.refs if r in passages]
-        cols = np.flatnonzero(np.isin(refs_of, cited)) if cited else np.empty(0, dtype=int)
-        if cols.size:
-            first.update(int(j) for j in cols)
-        else:
-            first.add(int(lex[i].argmax()))
+        cites[i] = np.isin(refs_of, [r for r in s.refs if r in passages])
     sim = np.full((n, m), -1.0, dtype=np.float32)
     done = np.zeros(m, dtype=bool)
 
@@ -158,11 +156,21 @@ def _scores(
         sim[:, cols] = vecs[:n] @ vecs[n:].T
         done[cols] = True
 
-    embed(sorted(first))
-    best = (weight * sim + (1.0 - weight) * lex).max(axis=1, where=done, initial=-np.inf)
+    embed(
+        sorted(
+            {
+                int(np.where(c, lex[i], -1.0).argmax() if c.any() else lex[i].argmax())
+                for i, c in enumerate(cites)
+            }
+        )
+    )
+    scores = weight * sim + (1.0 - weight) * lex
+    best = scores.max(axis=1, where=done, initial=-np.inf)
+    cited_best = scores.max(axis=1, where=done & cites, initial=-np.inf)
     # The margin covers float16 vectors stored at ingestion, whose norms are 1 to about 1e-3.
     ceiling = weight * CEILING_COSINE + (1.0 - weight) * lex
-    rest = np.flatnonzero(~done & (ceiling >= best[:, None]).any(axis=0))
+    wanted = (ceiling >= best[:, None]) | (cites & (cited_best < floor)[:, None] & (ceiling >= floor))
+    rest = np.flatnonzero(~done & wanted.any(axis=0))
     if rest.size:
         embed([int(j) for j in rest])
     return sim, np.where(done, weight * sim + (1.0 - weight) * lex, -np.inf), lex
