@@ -15,7 +15,7 @@ import pytest
 
 from rag_worker.pipeline.grounding import check
 from rag_worker.pipeline.grounding.sentences import is_claim, passage_sentences, split_sentences
-from tests.unit.test_grounding import BACKUP, DOCS, DUCKS, INVENTED, make_turn, passages
+from tests.unit.test_grounding import BACKUP, DOCS, INVENTED, make_turn, passages
 
 README = (
     "The worker serves searches and chat turns; the gateway checks who may read what. Logs go to standard "
@@ -27,8 +27,7 @@ BIRDS = (
     "fiercely. A young swan is called a cygnet, and its feathers are grey for the first year."
 )
 MANY = [
-    {"ref": "S1", "id": "r", "filename": "README.md", "text": BACKUP, "context": None},
-    {"ref": "S2", "id": "d", "filename": "ducks.md", "text": DUCKS, "context": None},
+    *DOCS,
     {"ref": "S3", "id": "o", "filename": "ops.md", "text": README, "context": None},
     {"ref": "S4", "id": "b", "filename": "birds.md", "text": BIRDS, "context": None},
 ]
