@@ -1,7 +1,8 @@
-"""The grounding check embeds only the passage sentences that can be an answer sentence's best match (issue 31):
-the best word overlap first (among the cited passages' sentences, if any), then those whose ceiling (a cosine of 1
-with their word overlap) reaches the best score found, or could still make a citation hold.
-Its verdicts are exactly those of embedding every passage sentence (real embedder, no LLM).
+"""The grounding check embeds only the passage sentences that can matter (issue 31): the best word overlap first
+(among the cited passages' sentences, if any), where a near-quote settles the sentence, then those whose ceiling (a
+cosine of 1 with their word overlap) reaches the best score found, or could still make a citation hold. Labels and
+citation checks are exactly those of embedding every passage sentence; so are scores and sources, but for a settled
+near-quote, whose source is the sentence it quotes (real embedder, no LLM).
 
 Reproduced first: on the code before, a quote of one source embedded the sentences of every passage the model read
 (`test_a_quote_of_its_cited_source_embeds_that_source_only` failed with the ducks' sentences embedded too).
@@ -15,6 +16,7 @@ import pytest
 
 from rag_worker.pipeline.grounding import check
 from rag_worker.pipeline.grounding.sentences import is_claim, passage_sentences, split_sentences
+from rag_worker.settings import Settings
 from tests.unit.test_grounding import BACKUP, DOCS, INVENTED, make_turn, passages
 
 README = (
@@ -54,19 +56,35 @@ def full(embedder, reply: str, docs: list[dict]):
         check.CEILING_COSINE = saved
 
 
+def sentences_of(ref: str) -> set[str]:
+    return {p.text for d in MANY if d["ref"] == ref for p in passage_sentences(ref, d["text"])}
+
+
 def same(got, want) -> None:
     (fixed, g), (fixed2, g2) = got, want
-    assert fixed == fixed2  # citations corrected and added alike
     assert (g["supported"], g["checked"], g["supported_share"]) == (
         g2["supported"],
         g2["checked"],
         g2["supported_share"],
     )
+    own_source = False
     for a, b in zip(g["sentences"], g2["sentences"], strict=True):
         a, b = dict(a), dict(b)
+        for key in ("label", "citation_ok", "corrected_from", "citation_added"):
+            assert a.get(key) == b.get(key)
+        if a["label"] == "supported" and a["similarity"] >= check.SETTLED_COSINE:
+            # Settled on the near-quote found first: the same verdict, and the sentence it quotes as its source
+            # (the full check may prefer one scoring a little higher on its neighbours' words).
+            assert a["score"] >= Settings().grounded_above
+            assert a["source"]["text"] in sentences_of(a["source"]["ref"])
+            assert a["refs"] == b["refs"] or a.get("citation_added")
+            own_source = own_source or a["refs"] != b["refs"]
+            continue
         for key in ("score", "similarity", "overlap"):
             assert a.pop(key) == pytest.approx(b.pop(key), abs=2e-4)  # one batched pass against two
         assert a == b  # label, source and its span, refs, citation_ok, corrected_from, citation_added
+    if not own_source:
+        assert fixed == fixed2  # citations corrected and added alike
 
 
 @pytest.mark.parametrize("reply", REPLIES)
@@ -107,6 +125,19 @@ def test_a_quote_of_its_cited_source_embeds_that_source_only(embedder):
     others = {p.text for d in MANY[1:] for p in passage_sentences(d["ref"], d["text"])}
     assert not asked(turn) & others  # the ducks, the operations notes and the birds were never embedded
     assert len(asked(turn) & cited) < len(cited)  # nor every sentence of the Backup passage
+
+
+def test_a_quote_is_settled_on_the_sentence_it_quotes_not_on_a_neighbour_sharing_its_words(embedder):
+    """Word overlap counts a passage sentence's neighbours' words too: the sentence before a quoted one scores the
+    same overlap. The first candidate is the one sharing the words itself, and the quote settles there."""
+    turn = make_turn(embedder)
+    quoted = "The gateway listens on port 8000 and the worker on port 8001 by default."
+    reply = quoted[:-1] + " [S3]."
+    _, g = check.check(turn, reply, passages(MANY), MANY)
+    (entry,) = g["sentences"]
+    assert entry["label"] == "supported" and entry["citation_ok"]
+    assert entry["source"]["ref"] == "S3" and entry["source"]["text"] == quoted
+    assert asked(turn) & sentences_of("S3") == {quoted}  # one passage sentence embedded, the quoted one
 
 
 def test_an_invention_still_reads_what_could_back_it(embedder):

@@ -14,9 +14,9 @@ sources) are replaced by the supporting source the same way, before the invented
 A supported sentence that cites nothing gets the citation of its supporting source (`citation_added`; CITE_UNCITED):
 a model that answers from the sources but forgets its markers (Qwen2.5-1.5B often does) still gives a cited answer.
 All embeddings of one check go through `Turn.embed_texts`, at most two batched calls whose vectors the turn keeps
-for provenance and the extractive answer. Only the passage sentences that can be a best match are embedded (`_scores`:
-the best word overlap first, then those whose ceiling, a cosine of 1, reaches the best score found): the verdicts are
-exactly those of embedding them all, for a fraction of the forward passes at a RAG turn over 10,000 chunks.
+for provenance and the extractive answer. Only the passage sentences that can matter are embedded (`_scores`: the best
+word overlap first, where a near-quote settles it, then those whose ceiling, a cosine of 1, reaches the best score
+found): the labels and citations are exactly those of embedding them all, for a fraction of the forward passes.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from .sentences import (
 
 SIM_WEIGHT = 0.5
 CEILING_COSINE = 1.01  # the largest cosine of two normalised vectors, with room for float16 rounding
+SETTLED_COSINE = 0.9  # an answer sentence this close to a supporting passage sentence is not searched further
 
 
 @dataclass
@@ -61,6 +62,13 @@ def lexical(claim: set[str], passage: list[PassageSentence]) -> np.ndarray:
                 words |= passage[k].words
         out[j] = len(claim & words) / len(claim)
     return out
+
+
+def _own_overlap(claim: set[str], passage: list[PassageSentence]) -> np.ndarray:
+    """(len(passage),) share of `claim`'s words found in each passage sentence itself."""
+    if not claim:
+        return np.zeros(len(passage), dtype=np.float32)
+    return np.array([len(claim & p.words) / len(claim) for p in passage], dtype=np.float32)
 
 
 def label(score: float, t: Thresholds) -> str:
@@ -131,17 +139,19 @@ def _scores(
     t: Thresholds,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(similarity, score, lexical) of every answer sentence against every passage sentence, embedding only the
-    passage sentences that can matter: exact, not an approximation.
+    passage sentences that can matter. Labels and citation checks are exactly those of embedding them all.
 
     A score is `weight * cosine + (1 - weight) * lexical`, and a cosine of normalised vectors is at most 1, so
     before any embedding each passage sentence has a ceiling, `weight + (1 - weight) * lexical`. First comes, for
     each answer sentence, the passage sentence sharing most of its words among those it cites (or among all, when
-    it cites nothing); then every passage sentence whose ceiling reaches an answer sentence's best score so far,
-    and, for an answer sentence whose cited passages have not yet reached `ungrounded_below` (its citation would
-    not hold), every cited one whose ceiling reaches that. Any other could not be an answer sentence's best match
-    nor change whether its citation holds: its similarity is left at -1 and its score at -inf, so labels, scores,
-    sources and citation checks are those of embedding them all. A quote of its cited passage embeds one passage
-    sentence (a RAG turn reads five documents with their neighbours)."""
+    it cites nothing). An answer sentence that is a near-quote of it (cosine SETTLED_COSINE or more, and a
+    supporting score) is settled: supported, its citation holds, and that sentence is its source, though another
+    could score a little higher on its neighbours' words. For the others, every passage sentence whose ceiling
+    reaches the answer sentence's best score so far follows, and, while its cited passages have not reached
+    `ungrounded_below` (its citation would not hold), every cited one whose ceiling reaches that. Any other could
+    not be its best match nor change whether its citation holds: its similarity is left at -1 and its score at
+    -inf, so its label, score, source and citation check are those of embedding them all. A quote of its cited
+    passage embeds one passage sentence (a RAG turn reads five documents with their neighbours)."""
     weight, floor = t.sim_weight, t.ungrounded_below
     n, m = len(sentences), len(plist)
     lex = np.stack([lexical(content_words(s.plain), plist) for s in sentences])
@@ -156,10 +166,13 @@ def _scores(
         sim[:, cols] = vecs[:n] @ vecs[n:].T
         done[cols] = True
 
+    # The first candidate shares most of the sentence's words itself (its neighbours' words, which `lexical`
+    # counts too, only break ties): a quote finds the sentence it quotes, not the one before it.
+    own = np.stack([_own_overlap(content_words(s.plain), plist) for s in sentences]) + lex / 1000.0
     embed(
         sorted(
             {
-                int(np.where(c, lex[i], -1.0).argmax() if c.any() else lex[i].argmax())
+                int(np.where(c, own[i], -1.0).argmax() if c.any() else own[i].argmax())
                 for i, c in enumerate(cites)
             }
         )
@@ -170,6 +183,10 @@ def _scores(
     # The margin covers float16 vectors stored at ingestion, whose norms are 1 to about 1e-3.
     ceiling = weight * CEILING_COSINE + (1.0 - weight) * lex
     wanted = (ceiling >= best[:, None]) | (cites & (cited_best < floor)[:, None] & (ceiling >= floor))
+    # A near-quote of a sentence it cites (or, citing nothing, of any) is final: supported, its citation holds,
+    # and its source is the sentence it quotes; another sentence could outscore it only on its neighbours' words.
+    at_best = sim[np.arange(n), np.where(done, scores, -np.inf).argmax(axis=1)]
+    wanted &= ~((best >= t.grounded_above) & (at_best >= SETTLED_COSINE))[:, None]
     rest = np.flatnonzero(~done & wanted.any(axis=0))
     if rest.size:
         embed([int(j) for j in rest])
