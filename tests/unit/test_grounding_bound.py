@@ -98,7 +98,7 @@ def test_random_answers_made_of_passage_sentences_and_inventions_get_the_same_ve
     rng = random.Random(31)
     pool = [p.text for d in MANY for p in passage_sentences(d["ref"], d["text"])]
     pool += [s.plain for s in split_sentences(INVENTED)]
-    for _ in range(12):
+    for _ in range(20):
         parts = []
         for text in rng.sample(pool, 3):
             words = text.rstrip(".").split()
@@ -148,3 +148,33 @@ def test_an_invention_still_reads_what_could_back_it(embedder):
     assert [s["label"] for s in g["sentences"]] == ["unsupported", "unsupported"]
     every = {p.text for d in DOCS for p in passage_sentences(d["ref"], d["text"])}
     assert len(asked(turn) & every) > 1
+
+
+def test_a_citation_is_judged_on_the_sources_it_cites_even_when_the_sentence_quotes_another(embedder):
+    """The second sentence quotes the ducks file word for word (the first sentence brought that quote in) but
+    cites a source that also backs it, in other words: its citation holds, as the full check says; the quote of
+    a source it does not cite must not settle it and leave its own sources unread."""
+    quote = "Ducks stay dry because an oil gland coats their feathers."
+    docs = [
+        {
+            "ref": "S1",
+            "id": "w",
+            "filename": "waterfowl.md",
+            "context": None,
+            "text": "Oil prices and gland surgery were in the news. Waterfowl remain dry since a secretion waterproofs their plumage.",
+        },
+        {"ref": "S2", "id": "d", "filename": "ducks.md", "text": quote, "context": None},
+    ]
+    reply = f"{quote} {quote[:-1]} [S1]."
+    got = check.check(make_turn(embedder), reply, passages(docs), docs)
+    saved = check.CEILING_COSINE
+    check.CEILING_COSINE = 1e9
+    try:
+        want = check.check(make_turn(embedder), reply, passages(docs), docs)
+    finally:
+        check.CEILING_COSINE = saved
+    second, second_full = got[1]["sentences"][1], want[1]["sentences"][1]
+    assert second_full["citation_ok"] and "corrected_from" not in second_full  # the full check's verdict
+    assert (
+        second["citation_ok"] and "corrected_from" not in second and got[0] == want[0]
+    )  # [S2] added to the first

@@ -185,8 +185,15 @@ def _scores(
     wanted = (ceiling >= best[:, None]) | (cites & (cited_best < floor)[:, None] & (ceiling >= floor))
     # A near-quote of a sentence it cites (or, citing nothing, of any) is final: supported, its citation holds,
     # and its source is the sentence it quotes; another sentence could outscore it only on its neighbours' words.
-    at_best = sim[np.arange(n), np.where(done, scores, -np.inf).argmax(axis=1)]
-    wanted &= ~((best >= t.grounded_above) & (at_best >= SETTLED_COSINE))[:, None]
+    # (Judged among its own candidates: a sentence another answer sentence brought in says nothing of whether
+    # this one's citation holds.)
+    mine = done & np.where(cites.any(axis=1)[:, None], cites, True)
+    own_scores = np.where(mine, scores, -np.inf)
+    at_best = own_scores.argmax(axis=1)
+    settled = (own_scores[np.arange(n), at_best] >= t.grounded_above) & (
+        sim[np.arange(n), at_best] >= SETTLED_COSINE
+    )
+    wanted &= ~settled[:, None]
     rest = np.flatnonzero(~done & wanted.any(axis=0))
     if rest.size:
         embed([int(j) for j in rest])
