@@ -22,7 +22,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chunks", type=int, default=10_000)
     ap.add_argument("--turns", type=int, default=12)
-    ap.add_argument("--profile", metavar="PATH", help="write a cProfile of the measured turns (calling thread) here")
+    ap.add_argument(
+        "--profile", metavar="PATH", help="write a cProfile of the measured turns (calling thread) here"
+    )
     args = ap.parse_args()
     from bench.concurrency import chunk_questions
     from bench.pipeline_overhead import build_index
