@@ -47,13 +47,14 @@ REPLIES = [
 
 
 def full(embedder, reply: str, docs: list[dict]):
-    """The check embedding every passage sentence: a ceiling no passage sentence stays under."""
-    saved = check.CEILING_COSINE
-    check.CEILING_COSINE = 1e9
+    """The check embedding every passage sentence: a ceiling no passage sentence stays under, and no near-quote
+    settling an answer sentence (no cosine reaches 2)."""
+    saved = check.CEILING_COSINE, check.SETTLED_COSINE
+    check.CEILING_COSINE, check.SETTLED_COSINE = 1e9, 2.0
     try:
         return check.check(make_turn(embedder), reply, passages(docs), docs)
     finally:
-        check.CEILING_COSINE = saved
+        check.CEILING_COSINE, check.SETTLED_COSINE = saved
 
 
 def sentences_of(ref: str) -> set[str]:
@@ -167,12 +168,7 @@ def test_a_citation_is_judged_on_the_sources_it_cites_even_when_the_sentence_quo
     ]
     reply = f"{quote} {quote[:-1]} [S1]."
     got = check.check(make_turn(embedder), reply, passages(docs), docs)
-    saved = check.CEILING_COSINE
-    check.CEILING_COSINE = 1e9
-    try:
-        want = check.check(make_turn(embedder), reply, passages(docs), docs)
-    finally:
-        check.CEILING_COSINE = saved
+    want = full(embedder, reply, docs)
     second, second_full = got[1]["sentences"][1], want[1]["sentences"][1]
     assert second_full["citation_ok"] and "corrected_from" not in second_full  # the full check's verdict
     assert (
