@@ -154,7 +154,8 @@ def _scores(
     passage embeds one passage sentence (a RAG turn reads five documents with their neighbours)."""
     weight, floor = t.sim_weight, t.ungrounded_below
     n, m = len(sentences), len(plist)
-    lex = np.stack([lexical(content_words(s.plain), plist) for s in sentences])
+    claims = [content_words(s.plain) for s in sentences]
+    lex = np.stack([lexical(c, plist) for c in claims])
     cites = np.zeros((n, m), dtype=bool)
     for i, s in enumerate(sentences):
         cites[i] = np.isin(refs_of, [r for r in s.refs if r in passages])
@@ -166,9 +167,13 @@ def _scores(
         sim[:, cols] = vecs[:n] @ vecs[n:].T
         done[cols] = True
 
+    def scored() -> np.ndarray:
+        """The scores of the passage sentences embedded so far; -inf for the others."""
+        return np.where(done, weight * sim + (1.0 - weight) * lex, -np.inf)
+
     # The first candidate shares most of the sentence's words itself (its neighbours' words, which `lexical`
     # counts too, only break ties): a quote finds the sentence it quotes, not the one before it.
-    own = np.stack([_own_overlap(content_words(s.plain), plist) for s in sentences]) + lex / 1000.0
+    own = np.stack([_own_overlap(c, plist) for c in claims]) + lex / 1000.0
     embed(
         sorted(
             {
@@ -177,9 +182,9 @@ def _scores(
             }
         )
     )
-    scores = weight * sim + (1.0 - weight) * lex
-    best = scores.max(axis=1, where=done, initial=-np.inf)
-    cited_best = scores.max(axis=1, where=done & cites, initial=-np.inf)
+    scores = scored()
+    best = scores.max(axis=1)
+    cited_best = np.where(cites, scores, -np.inf).max(axis=1)
     # The margin covers float16 vectors stored at ingestion, whose norms are 1 to about 1e-3.
     ceiling = weight * CEILING_COSINE + (1.0 - weight) * lex
     wanted = (ceiling >= best[:, None]) | (cites & (cited_best < floor)[:, None] & (ceiling >= floor))
@@ -187,8 +192,7 @@ def _scores(
     # and its source is the sentence it quotes; another sentence could outscore it only on its neighbours' words.
     # (Judged among its own candidates: a sentence another answer sentence brought in says nothing of whether
     # this one's citation holds.)
-    mine = done & np.where(cites.any(axis=1)[:, None], cites, True)
-    own_scores = np.where(mine, scores, -np.inf)
+    own_scores = np.where(np.where(cites.any(axis=1)[:, None], cites, True), scores, -np.inf)
     at_best = own_scores.argmax(axis=1)
     settled = (own_scores[np.arange(n), at_best] >= t.grounded_above) & (
         sim[np.arange(n), at_best] >= SETTLED_COSINE
@@ -197,7 +201,7 @@ def _scores(
     rest = np.flatnonzero(~done & wanted.any(axis=0))
     if rest.size:
         embed([int(j) for j in rest])
-    return sim, np.where(done, weight * sim + (1.0 - weight) * lex, -np.inf), lex
+    return sim, scored(), lex
 
 
 def _entry(s: Sentence, lab: str, score: float, sim: float, lex: float, p, passages) -> dict:
