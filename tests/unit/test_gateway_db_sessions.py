@@ -12,14 +12,10 @@ from gateway.sse import Frame
 from gateway.turns.state import TurnRecord
 
 
-def seeded(tmp_path) -> tuple[Database, int, int]:
-    db = Database(f"sqlite:///{tmp_path / 'g.db'}")
-    db.migrate()
+def running_turn(db: Database, owner: int, stop: bool = False) -> tuple[int, int]:
+    """A chat whose lock is held by a running answer (replica "r1" reading it): (chat id, the answer's id)."""
     with db.session() as s:
-        user = User(username="ada", password_hash="x")
-        s.add(user)
-        s.flush()
-        chat = Chat(owner_id=user.id)
+        chat = Chat(owner_id=owner)
         s.add(chat)
         s.flush()
         msg = Message(chat_id=chat.id, role="assistant", content="", status="running")
@@ -27,9 +23,21 @@ def seeded(tmp_path) -> tuple[Database, int, int]:
         s.flush()
         chat.turn_started_at = chat.turn_heartbeat_at = utcnow()
         chat.turn_message_id, chat.turn_owner = msg.id, "r1"
+        chat.turn_stop_at = utcnow() if stop else None
         s.add(chat)
         s.commit()
-        return db, chat.id, msg.id
+        return chat.id, msg.id
+
+
+def seeded(tmp_path) -> tuple[Database, int, int]:
+    db = Database(f"sqlite:///{tmp_path / 'g.db'}")
+    db.migrate()
+    with db.session() as s:
+        user = User(username="ada", password_hash="x")
+        s.add(user)
+        s.commit()
+        owner = user.id
+    return db, *running_turn(db, owner)
 
 
 def test_a_read_session_reads_while_another_connection_holds_the_write_lock(tmp_path):

@@ -11,8 +11,9 @@ import pytest
 from sqlmodel import select
 
 from gateway import lifecycle
-from gateway.db import Chat, Database, Message, User, utcnow
+from gateway.db import Chat, Database, User
 from gateway.turns.checks import TurnChecks
+from tests.unit.test_gateway_db_sessions import running_turn
 
 
 @pytest.fixture
@@ -21,23 +22,6 @@ def db(tmp_path):
     database.migrate()
     yield database
     database.dispose()
-
-
-def running_turn(db: Database, owner: int, stop: bool = False) -> tuple[int, int]:
-    """A chat whose lock is held by a running answer: (chat id, the answer's message id)."""
-    with db.session() as s:
-        chat = Chat(owner_id=owner)
-        s.add(chat)
-        s.flush()
-        answer = Message(chat_id=chat.id, role="assistant", content="", status="running")
-        s.add(answer)
-        s.flush()
-        chat.turn_started_at = chat.turn_heartbeat_at = utcnow()
-        chat.turn_message_id = answer.id
-        chat.turn_stop_at = utcnow() if stop else None
-        s.add(chat)
-        s.commit()
-        return chat.id, answer.id
 
 
 def test_turns_checked_together_each_get_their_own_answer_and_their_heartbeat(db) -> None:
