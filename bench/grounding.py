@@ -119,10 +119,14 @@ CACHE = ROOT / ".cache" / "bench" / "grounding"
 
 
 def vector_cache_path(turn) -> Path:
-    """Sentence vectors of earlier runs with the same embedder (a rerun with other thresholds embeds nothing)."""
+    """Sentence vectors of earlier runs with the same embedder and precision (a rerun with other thresholds embeds
+    nothing)."""
     import hashlib
 
-    key = hashlib.sha256(turn.services.embedder.model_id.encode()).hexdigest()[:12]
+    embedder = turn.services.embedder
+    precision = getattr(embedder, "precision", "float32")
+    name = embedder.model_id if precision == "float32" else f"{embedder.model_id}@{precision}"
+    key = hashlib.sha256(name.encode()).hexdigest()[:12]
     return CACHE / f"vectors-{key}.npz"
 
 

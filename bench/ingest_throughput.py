@@ -115,7 +115,8 @@ def main() -> None:
 
     print(
         f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"embedder {embedder.model_id} (batch {embedder.batch_size}, max_length {embedder.max_length})"
+        f"embedder {embedder.model_id} (batch {embedder.batch_size}, max_length {embedder.max_length}, "
+        f"{getattr(embedder, 'precision', 'float32')})"
     )
     print(f"documents {n}, chunks {done.chunks}, tokens {tokens} (chunk budget {chunker.max_tokens})")
     print(f"{'path':44s} {'seconds':>8s} {'chunks/s':>9s} {'tokens/s':>9s} {'share of forward':>16s}")

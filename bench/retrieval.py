@@ -75,7 +75,9 @@ class VectorCache:
         self._db = sqlite3.connect(path)
         self._db.execute("CREATE TABLE IF NOT EXISTS vec (key TEXT PRIMARY KEY, v BLOB NOT NULL)")
         self._embedder = embedder
-        self._prefix = f"{embedder.model_id}\x00{embedder.max_length}\x00"
+        precision = getattr(embedder, "precision", "float32")  # float32's keys predate the setting
+        own = embedder.model_id if precision == "float32" else f"{embedder.model_id}@{precision}"
+        self._prefix = f"{own}\x00{embedder.max_length}\x00"
 
     def _key(self, text: str) -> str:
         return hashlib.sha256((self._prefix + text).encode()).hexdigest()
@@ -378,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         name = data.root.resolve().name
         print(
             f"{name} ({data.root}): {len(data.queries)} queries, {len(data.corpus)} documents, {chunks} chunks; "
-            f"embedder {embedder.model_id} (max_length {embedder.max_length}), "
+            f"embedder {embedder.model_id} (max_length {embedder.max_length}, "
+            f"{getattr(embedder, 'precision', 'float32')}), "
             f"CHUNK_TOKENS {s.chunk_tokens}, hybrid = FUSION {s.fusion} (FUSION_ALPHA {s.fusion_alpha}, "
             f"RRF_K {s.rrf_k}), rrf = plain RRF k=60, RETRIEVAL_CANDIDATES {s.candidates}, depth {args.depth}"
         )

@@ -7,6 +7,11 @@ operations in the same order: the hidden states match the model's own forward (t
 
 Only plain BERT encoders qualify (absolute positions, exact GELU, no decoder parts); any other model keeps the
 transformers forward (`BertEncoder.of` returns None).
+
+`bfloat16=True` runs the linear layers (nine tenths of a short pass's arithmetic) as bfloat16 matrix products on
+weights packed once for oneDNN, accumulating in float32; everything else (embeddings, attention, layer norms,
+GELU, pooling) stays float32. On a CPU with AMX or AVX-512 BF16 a query's pass takes about half the time, and a
+similarity moves by at most a few thousandths (docs/benchmarks.md, "Tenth round"); `EMBEDDING_PRECISION` picks it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from dataclasses import dataclass
 class _Linear:
     weight: object  # (out, in), stored transposed: see `_gemm_layout`
     bias: object
+    packed: object = (
+        None  # the weight in bfloat16, packed for oneDNN once (`_packed`); None: float32 products
+    )
 
 
 @dataclass(frozen=True)
@@ -53,10 +61,31 @@ def _relaid(*linears) -> _Linear:
     return _Linear(weight, bias)
 
 
+def bfloat16_fast() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in hardware (AMX tiles or AVX-512 BF16) and oneDNN can use
+    it: elsewhere bfloat16 products are emulated, slower than float32."""
+    import torch
+
+    try:
+        hardware = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+        return bool(hardware and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without these probes
+        return False
+
+
+def _packed(linear: _Linear) -> _Linear:
+    """`linear` with its weight also in bfloat16, reordered once into oneDNN's blocked layout (reordering it at
+    every call costs as much as the product); the float32 weight stays for the model's own forward."""
+    import torch
+
+    weight = linear.weight.detach().to(torch.bfloat16).contiguous()
+    return _Linear(linear.weight, linear.bias, torch.ops.mkldnn._reorder_linear_weight(weight, None))
+
+
 class BertEncoder:
     """`encoder(input_ids, token_type_ids, attention_mask)` → last hidden state (batch, tokens, hidden)."""
 
-    def __init__(self, model):
+    def __init__(self, model, *, bfloat16: bool = False):
         config = model.config
         self.heads = int(config.num_attention_heads)
         self.hidden = int(config.hidden_size)
@@ -75,10 +104,23 @@ class BertEncoder:
                     layer.output.LayerNorm,
                 )
             )
+        if bfloat16:
+            layers = [
+                _Layer(
+                    _packed(layer.qkv),
+                    _packed(layer.attn_out),
+                    layer.attn_norm,
+                    _packed(layer.intermediate),
+                    _packed(layer.out),
+                    layer.out_norm,
+                )
+                for layer in layers
+            ]
         self.layers = layers
+        self.precision = "bfloat16" if bfloat16 else "float32"
 
     @classmethod
-    def of(cls, model) -> BertEncoder | None:
+    def of(cls, model, *, bfloat16: bool = False) -> BertEncoder | None:
         """The fast path for `model`, or None when it is not a plain BERT encoder this module reproduces."""
         config = model.config
         plain = (
@@ -92,7 +134,7 @@ class BertEncoder:
             and hasattr(model, "encoder")
             and config.hidden_size % config.num_attention_heads == 0
         )
-        return cls(model) if plain else None
+        return cls(model, bfloat16=bfloat16) if plain else None
 
     def __call__(self, input_ids, token_type_ids, attention_mask):
         import torch
@@ -113,18 +155,29 @@ class BertEncoder:
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
 
+        packed_product = torch.ops.mkldnn._linear_pointwise if self.precision == "bfloat16" else None
+        bf16, f32 = torch.bfloat16, torch.float32
+
+        def linear(y, proj, gelu=False):
+            """`F.linear(y, proj)` (then GELU): in float32, or, when `proj` is packed, a bfloat16 product
+            accumulated in float32 (GELU applied to the sums), rounded to bfloat16. A bfloat16 result is widened
+            where it meets float32 (the residual's addition), or fed as it is to the next product."""
+            if proj.packed is None:
+                out = F.linear(y, proj.weight, proj.bias)
+                return F.gelu(out) if gelu else out
+            if gelu:
+                return packed_product(y.to(bf16), proj.packed, proj.bias, "gelu", [], "none")
+            return packed_product(y.to(bf16), proj.packed, proj.bias, "none", [], "")
+
         def add_norm(y, residual, proj, norm):
-            """BERT's "add & norm": the projection of `y`, plus the residual, layer-normed."""
-            return F.layer_norm(
-                F.linear(y, proj.weight, proj.bias) + residual, (hidden,), norm.weight, norm.bias, eps
-            )
+            """BERT's "add & norm": the projection of `y`, plus the residual, layer-normed (in float32)."""
+            return F.layer_norm(linear(y, proj) + residual, (hidden,), norm.weight, norm.bias, eps)
 
         for layer in self.layers:
-            qkv = F.linear(x, layer.qkv.weight, layer.qkv.bias)
+            qkv = linear(x, layer.qkv).to(f32)
             qkv = qkv.view(batch, tokens, 3, heads, hidden // heads).permute(2, 0, 3, 1, 4)
             context = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)
             context = context.transpose(1, 2).reshape(batch, tokens, hidden)
             x = add_norm(context, x, layer.attn_out, layer.attn_norm)
-            inner = F.gelu(F.linear(x, layer.intermediate.weight, layer.intermediate.bias))
-            x = add_norm(inner, x, layer.out, layer.out_norm)
+            x = add_norm(linear(x, layer.intermediate, gelu=True), x, layer.out, layer.out_norm)
         return x

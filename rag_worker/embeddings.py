@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bert_encoder import BertEncoder
+from .bert_encoder import BertEncoder, bfloat16_fast
 from .errors import Unavailable
 from .runtime import offload
 
@@ -81,6 +81,17 @@ def model_identity(model: str) -> str:
     return name.name
 
 
+PRECISIONS = ("auto", "float32", "bfloat16")
+
+
+def wants_bfloat16(precision: str) -> bool:
+    """EMBEDDING_PRECISION: `float32`; `bfloat16` (the linear layers' products, wherever oneDNN runs them); `auto`,
+    bfloat16 where the CPU multiplies it in hardware (AMX, AVX-512 BF16), else float32."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    return precision == "bfloat16" or (precision == "auto" and bfloat16_fast())
+
+
 class Embedder:
     name = "default"  # how an index names it (rag_worker/embedders.py)
 
@@ -94,6 +105,7 @@ class Embedder:
         query_cache_size: int = 2048,
         query_batching: bool = False,
         text_cache_size: int = 0,
+        precision: str = "auto",
     ):
         import torch
         from transformers import AutoModel, AutoTokenizer
@@ -118,7 +130,9 @@ class Embedder:
             ) from exc
         self._model.eval()
         # The model's own forward stays for anything but a plain BERT encoder (rag_worker/bert_encoder.py).
-        self._encoder = BertEncoder.of(self._model)
+        self._encoder = BertEncoder.of(self._model, bfloat16=wants_bfloat16(precision))
+        # What the vectors are computed in (/health shows it): bfloat16 products only on the fast path.
+        self.precision = self._encoder.precision if self._encoder is not None else "float32"
         # The chunker measures whole documents with the public tokenizer (it never embeds with it): lift its
         # length limit so each long document doesn't log "sequence length is longer than the maximum".
         self.tokenizer.model_max_length = 1 << 30
@@ -145,6 +159,7 @@ class Embedder:
             "path": self.model_path,
             "dim": self.dim,
             "max_length": self.max_length,
+            "precision": self.precision,
         }
 
     def count_tokens(self, text: str) -> int:

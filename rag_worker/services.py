@@ -58,6 +58,7 @@ class Services:
                 torch_threads=self.settings.torch_threads,
                 query_batching=self.settings.query_batching,
                 text_cache_size=self.settings.text_cache_size,
+                precision=self.settings.embedding_precision,
             )
 
     def embedder_named(self, name: str | None) -> Embedder:

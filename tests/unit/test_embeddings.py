@@ -9,6 +9,13 @@ import pytest
 
 from rag_worker.embeddings import Embedder, length_groups, model_identity
 from rag_worker.errors import Unavailable
+from rag_worker.settings import packaged_embedding_model
+
+
+def bfloat16_supported() -> bool:
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def test_identity_and_dimension(embedder):
@@ -40,30 +47,88 @@ def test_order_is_kept_despite_length_sorting(embedder):
         assert float(alone @ together[i]) > 0.999, text
 
 
-def test_fast_encoder_matches_the_transformers_forward(embedder):
-    # MiniLM runs through rag_worker/bert_encoder.py (its weights re-laid out); its vectors must be those of the
-    # model as transformers loads and runs it, padded batch or not.
+def transformers_vectors(embedder, batch):
+    """`batch`'s vectors from the model as transformers loads and runs it (float32, padded batch)."""
     import torch
     from transformers import AutoModel
 
-    assert embedder._encoder is not None
     pristine = AutoModel.from_pretrained(embedder.model_path, local_files_only=True).eval()
-    texts = [
-        "Cats.",
+    enc = embedder._tok(
+        batch, padding=True, truncation=True, max_length=embedder.max_length, return_tensors="pt"
+    )
+    with torch.inference_mode():
+        hidden = pristine(**enc).last_hidden_state
+        mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
+
+
+ENCODER_TEXTS = [
+    "Cats.",
+    "what is known about the role of T cells in autoimmune disease?",
+    "The quarterly tax filing deadline is the fifteenth of April for most individual taxpayers.",
+    "word " * 400,  # truncated to max_length
+]
+
+
+@pytest.fixture(scope="module")
+def float32_embedder():
+    return Embedder(packaged_embedding_model(), batch_size=4, torch_threads=1, precision="float32")
+
+
+def test_fast_encoder_matches_the_transformers_forward(float32_embedder):
+    # MiniLM runs through rag_worker/bert_encoder.py (its weights re-laid out); in float32 its vectors must be
+    # those of the model as transformers loads and runs it, padded batch or not.
+    assert float32_embedder._encoder is not None and float32_embedder.precision == "float32"
+    for batch in (ENCODER_TEXTS, ENCODER_TEXTS[1:2]):
+        expected = transformers_vectors(float32_embedder, batch)
+        assert np.abs(float32_embedder._forward(list(batch)) - expected).max() < 1e-5
+
+
+@pytest.mark.skipif(not bfloat16_supported(), reason="oneDNN cannot run bfloat16 products on this CPU")
+def test_bfloat16_products_keep_the_models_similarities(float32_embedder):
+    # EMBEDDING_PRECISION=bfloat16: the linear layers' products in bfloat16 (accumulated in float32). Each vector
+    # stays the model's own to within rounding, and what the pipeline compares (the similarity of a question and
+    # a passage, the thresholds calibrated on them) moves by thousandths, far inside any threshold's margin.
+    fast = Embedder(packaged_embedding_model(), batch_size=4, torch_threads=1, precision="bfloat16")
+    assert fast.precision == "bfloat16" and fast.describe()["precision"] == "bfloat16"
+    questions = [
         "what is known about the role of T cells in autoimmune disease?",
-        "The quarterly tax filing deadline is the fifteenth of April for most individual taxpayers.",
-        "word " * 400,  # truncated to max_length
+        "when are taxes due?",
+        "Cats.",
     ]
-    for batch in (texts, texts[1:2]):
-        enc = embedder._tok(
-            batch, padding=True, truncation=True, max_length=embedder.max_length, return_tensors="pt"
-        )
-        with torch.inference_mode():
-            hidden = pristine(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-            expected = torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
-        assert np.abs(embedder._forward(list(batch)) - expected).max() < 1e-5
+    passages = [
+        "Regulatory T cells suppress autoreactive lymphocytes and their loss leads to autoimmunity.",
+        "The quarterly tax filing deadline is the fifteenth of April for most individual taxpayers.",
+        "Domestic cats sleep for twelve to sixteen hours a day.",
+        "word " * 400,
+    ]
+    for batch in (ENCODER_TEXTS, ENCODER_TEXTS[1:2]):
+        own = transformers_vectors(fast, batch)
+        assert float(np.min(np.sum(fast._forward(list(batch)) * own, axis=1))) > 0.9995
+    exact = float32_embedder.embed_documents(passages) @ float32_embedder.embed_documents(questions).T
+    rounded = fast.embed_documents(passages) @ fast.embed_documents(questions).T
+    assert np.abs(rounded - exact).max() < 0.005
+    # The ranking of passages for each question is the model's.
+    assert (rounded.argmax(axis=0) == exact.argmax(axis=0)).all()
+
+
+def test_precision_is_chosen_from_the_cpu_or_the_setting(embedder, float32_embedder, monkeypatch):
+    from rag_worker import bert_encoder
+    from rag_worker.embeddings import wants_bfloat16
+    from rag_worker.settings import Settings
+
+    # The default (`auto`) uses bfloat16 products only where the CPU multiplies them in hardware.
+    assert embedder.precision == ("bfloat16" if bert_encoder.bfloat16_fast() else "float32")
+    assert float32_embedder.describe()["precision"] == "float32"
+    monkeypatch.setattr(bert_encoder, "bfloat16_fast", lambda: False)
+    monkeypatch.setattr("rag_worker.embeddings.bfloat16_fast", lambda: False)
+    assert not wants_bfloat16("auto") and not wants_bfloat16("float32") and wants_bfloat16("bfloat16")
+    with pytest.raises(ValueError, match="precision must be one of auto, float32, bfloat16"):
+        wants_bfloat16("fp8")
+    monkeypatch.setenv("EMBEDDING_PRECISION", "half")
+    with pytest.raises(ValueError, match="EMBEDDING_PRECISION"):
+        Settings()
 
 
 def test_mixed_lengths_run_as_passes_of_similar_lengths():
@@ -84,8 +149,6 @@ def test_query_cache_returns_the_same_read_only_vector(embedder):
 
 
 def test_recurring_texts_are_embedded_once_across_calls(embedder):
-    from rag_worker.settings import packaged_embedding_model
-
     cached = Embedder(packaged_embedding_model(), batch_size=4, torch_threads=1, text_cache_size=3)
     asked: list[str] = []
     inner = cached.embed_documents
