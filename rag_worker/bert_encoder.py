@@ -155,29 +155,70 @@ class BertEncoder:
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
 
-        packed_product = torch.ops.mkldnn._linear_pointwise if self.precision == "bfloat16" else None
-        bf16, f32 = torch.bfloat16, torch.float32
-
-        def linear(y, proj, gelu=False):
-            """`F.linear(y, proj)` (then GELU): in float32, or, when `proj` is packed, a bfloat16 product
-            accumulated in float32 (GELU applied to the sums), rounded to bfloat16. A bfloat16 result is widened
-            where it meets float32 (the residual's addition), or fed as it is to the next product."""
-            if proj.packed is None:
-                out = F.linear(y, proj.weight, proj.bias)
-                return F.gelu(out) if gelu else out
-            if gelu:
-                return packed_product(y.to(bf16), proj.packed, proj.bias, "gelu", [], "none")
-            return packed_product(y.to(bf16), proj.packed, proj.bias, "none", [], "")
+        if self.precision == "bfloat16":
+            return self._bfloat16_layers(x, mask, batch, tokens)
 
         def add_norm(y, residual, proj, norm):
-            """BERT's "add & norm": the projection of `y`, plus the residual, layer-normed (in float32)."""
-            return F.layer_norm(linear(y, proj) + residual, (hidden,), norm.weight, norm.bias, eps)
+            """BERT's "add & norm": the projection of `y`, plus the residual, layer-normed."""
+            return F.layer_norm(
+                F.linear(y, proj.weight, proj.bias) + residual, (hidden,), norm.weight, norm.bias, eps
+            )
 
         for layer in self.layers:
-            qkv = linear(x, layer.qkv).to(f32)
+            qkv = F.linear(x, layer.qkv.weight, layer.qkv.bias)
             qkv = qkv.view(batch, tokens, 3, heads, hidden // heads).permute(2, 0, 3, 1, 4)
             context = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)
             context = context.transpose(1, 2).reshape(batch, tokens, hidden)
             x = add_norm(context, x, layer.attn_out, layer.attn_norm)
-            x = add_norm(linear(x, layer.intermediate, gelu=True), x, layer.out, layer.out_norm)
+            inner = F.gelu(F.linear(x, layer.intermediate.weight, layer.intermediate.bias))
+            x = add_norm(inner, x, layer.out, layer.out_norm)
         return x
+
+    def _bfloat16_layers(self, x, mask, batch: int, tokens: int):
+        """The layers with bfloat16 products (float32 sums; GELU applied to the sums, then rounded), everything
+        else in float32. The products run on the batch's rows flattened and padded to `row_bucket(rows)`:
+        oneDNN builds a kernel for each row count it meets (about 5 ms a pass the first time), and a running
+        worker meets thousands (a batch's size times its longest text); buckets keep them to a few dozen, at
+        most an eighth more rows computed. Rows never mix in a product, so the padding changes nothing else."""
+        import torch
+        from torch.nn import functional as F
+
+        heads, hidden, eps = self.heads, self.hidden, self.eps
+        product = torch.ops.mkldnn._linear_pointwise
+        rows = batch * tokens
+        padded_rows = row_bucket(rows)
+
+        def padded(y):
+            """`y` (batch, tokens, width) as (padded_rows, width) bfloat16, the extra rows zero."""
+            out = y.new_empty((padded_rows, y.shape[-1]), dtype=torch.bfloat16)
+            out[:rows].copy_(y.reshape(rows, -1))
+            out[rows:].zero_()
+            return out
+
+        def unpadded(y):
+            """The real rows of a product, widened to float32, as (batch, tokens, width)."""
+            return y[:rows].to(torch.float32).view(batch, tokens, -1)
+
+        def add_norm(y, residual, proj, norm):
+            """BERT's "add & norm", `y` already padded bfloat16 rows."""
+            projected = unpadded(product(y, proj.packed, proj.bias, "none", [], ""))
+            return F.layer_norm(projected + residual, (hidden,), norm.weight, norm.bias, eps)
+
+        for layer in self.layers:
+            qkv = unpadded(product(padded(x), layer.qkv.packed, layer.qkv.bias, "none", [], ""))
+            qkv = qkv.view(batch, tokens, 3, heads, hidden // heads).permute(2, 0, 3, 1, 4)
+            context = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)
+            context = context.transpose(1, 2).reshape(batch, tokens, hidden)
+            x = add_norm(padded(context), x, layer.attn_out, layer.attn_norm)
+            inner = product(padded(x), layer.intermediate.packed, layer.intermediate.bias, "gelu", [], "none")
+            x = add_norm(inner, x, layer.out, layer.out_norm)
+        return x
+
+
+def row_bucket(rows: int) -> int:
+    """`rows` rounded up to 16, or to a number with at most four significant bits (k × 2^e, 8 ≤ k < 16): eight
+    buckets per doubling, each at most an eighth above the rows it holds."""
+    if rows <= 16:
+        return 16
+    step = 1 << (rows.bit_length() - 4)
+    return -(-rows // step) * step
