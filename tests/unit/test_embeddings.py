@@ -7,15 +7,10 @@ import threading
 import numpy as np
 import pytest
 
+from rag_worker.bert_encoder import bfloat16_supported
 from rag_worker.embeddings import Embedder, length_groups, model_identity
 from rag_worker.errors import Unavailable
 from rag_worker.settings import packaged_embedding_model
-
-
-def bfloat16_supported() -> bool:
-    import torch
-
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def test_identity_and_dimension(embedder):
@@ -123,7 +118,11 @@ def test_precision_is_chosen_from_the_cpu_or_the_setting(embedder, float32_embed
     assert float32_embedder.describe()["precision"] == "float32"
     monkeypatch.setattr(bert_encoder, "bfloat16_fast", lambda: False)
     monkeypatch.setattr("rag_worker.embeddings.bfloat16_fast", lambda: False)
-    assert not wants_bfloat16("auto") and not wants_bfloat16("float32") and wants_bfloat16("bfloat16")
+    assert not wants_bfloat16("auto") and not wants_bfloat16("float32")
+    assert wants_bfloat16("bfloat16") == bfloat16_supported()
+    # Asked for bfloat16 where oneDNN cannot run it: float32, said in the log, not a worker that fails to start.
+    monkeypatch.setattr("rag_worker.embeddings.bfloat16_supported", lambda: False)
+    assert not wants_bfloat16("bfloat16")
     with pytest.raises(ValueError, match="precision must be one of auto, float32, bfloat16"):
         wants_bfloat16("fp8")
     monkeypatch.setenv("EMBEDDING_PRECISION", "half")
