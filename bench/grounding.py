@@ -123,10 +123,9 @@ def vector_cache_path(turn) -> Path:
     nothing)."""
     import hashlib
 
-    embedder = turn.services.embedder
-    precision = getattr(embedder, "precision", "float32")
-    name = embedder.model_id if precision == "float32" else f"{embedder.model_id}@{precision}"
-    key = hashlib.sha256(name.encode()).hexdigest()[:12]
+    from bench.retrieval import vectors_made_by
+
+    key = hashlib.sha256(vectors_made_by(turn.services.embedder).encode()).hexdigest()[:12]
     return CACHE / f"vectors-{key}.npz"
 
 

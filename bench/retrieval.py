@@ -67,6 +67,13 @@ def filename_for(doc_id: str) -> str:
 # -- the embedding cache -----------------------------------------------------------------------------------------
 
 
+def vectors_made_by(embedder) -> str:
+    """What a cached vector was made by: the model, and its precision unless float32 (whose cache keys predate
+    EMBEDDING_PRECISION and stay valid)."""
+    precision = getattr(embedder, "precision", "float32")
+    return embedder.model_id if precision == "float32" else f"{embedder.model_id}@{precision}"
+
+
 class VectorCache:
     """Chunk vectors by (model, max_length, text), so rebuilding an index re-embeds only texts never seen."""
 
@@ -75,9 +82,7 @@ class VectorCache:
         self._db = sqlite3.connect(path)
         self._db.execute("CREATE TABLE IF NOT EXISTS vec (key TEXT PRIMARY KEY, v BLOB NOT NULL)")
         self._embedder = embedder
-        precision = getattr(embedder, "precision", "float32")  # float32's keys predate the setting
-        own = embedder.model_id if precision == "float32" else f"{embedder.model_id}@{precision}"
-        self._prefix = f"{own}\x00{embedder.max_length}\x00"
+        self._prefix = f"{vectors_made_by(embedder)}\x00{embedder.max_length}\x00"
 
     def _key(self, text: str) -> str:
         return hashlib.sha256((self._prefix + text).encode()).hexdigest()
