@@ -42,28 +42,13 @@ def test_order_is_kept_despite_length_sorting(embedder):
         assert float(alone @ together[i]) > 0.999, text
 
 
-def transformers_vectors(embedder, batch):
-    """`batch`'s vectors from the model as transformers loads and runs it (float32, padded batch)."""
-    import torch
-    from transformers import AutoModel
-
-    pristine = AutoModel.from_pretrained(embedder.model_path, local_files_only=True).eval()
-    enc = embedder._tok(
-        batch, padding=True, truncation=True, max_length=embedder.max_length, return_tensors="pt"
-    )
-    with torch.inference_mode():
-        hidden = pristine(**enc).last_hidden_state
-        mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
-
-
 ENCODER_TEXTS = [
     "Cats.",
     "what is known about the role of T cells in autoimmune disease?",
     "The quarterly tax filing deadline is the fifteenth of April for most individual taxpayers.",
     "word " * 400,  # truncated to max_length
 ]
+ENCODER_BATCHES = (ENCODER_TEXTS, ENCODER_TEXTS[1:2])  # a padded batch, and one text alone
 
 
 @pytest.fixture(scope="module")
@@ -71,17 +56,35 @@ def float32_embedder():
     return Embedder(packaged_embedding_model(), batch_size=4, torch_threads=1, precision="float32")
 
 
-def test_fast_encoder_matches_the_transformers_forward(float32_embedder):
+@pytest.fixture(scope="module")
+def model_vectors(float32_embedder):
+    """Each of ENCODER_BATCHES' vectors from the model as transformers loads and runs it (float32)."""
+    import torch
+    from transformers import AutoModel
+
+    emb = float32_embedder
+    pristine = AutoModel.from_pretrained(emb.model_path, local_files_only=True).eval()
+    out = []
+    for batch in ENCODER_BATCHES:
+        enc = emb._tok(batch, padding=True, truncation=True, max_length=emb.max_length, return_tensors="pt")
+        with torch.inference_mode():
+            hidden = pristine(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            out.append(torch.nn.functional.normalize(pooled, p=2, dim=1).numpy())
+    return out
+
+
+def test_fast_encoder_matches_the_transformers_forward(float32_embedder, model_vectors):
     # MiniLM runs through rag_worker/bert_encoder.py (its weights re-laid out); in float32 its vectors must be
     # those of the model as transformers loads and runs it, padded batch or not.
     assert float32_embedder._encoder is not None and float32_embedder.precision == "float32"
-    for batch in (ENCODER_TEXTS, ENCODER_TEXTS[1:2]):
-        expected = transformers_vectors(float32_embedder, batch)
+    for batch, expected in zip(ENCODER_BATCHES, model_vectors, strict=True):
         assert np.abs(float32_embedder._forward(list(batch)) - expected).max() < 1e-5
 
 
 @pytest.mark.skipif(not bfloat16_supported(), reason="oneDNN cannot run bfloat16 products on this CPU")
-def test_bfloat16_products_keep_the_models_similarities(float32_embedder):
+def test_bfloat16_products_keep_the_models_similarities(float32_embedder, model_vectors):
     # EMBEDDING_PRECISION=bfloat16: the linear layers' products in bfloat16 (accumulated in float32). Each vector
     # stays the model's own to within rounding, and what the pipeline compares (the similarity of a question and
     # a passage, the thresholds calibrated on them) moves by thousandths, far inside any threshold's margin.
@@ -98,8 +101,7 @@ def test_bfloat16_products_keep_the_models_similarities(float32_embedder):
         "Domestic cats sleep for twelve to sixteen hours a day.",
         "word " * 400,
     ]
-    for batch in (ENCODER_TEXTS, ENCODER_TEXTS[1:2]):
-        own = transformers_vectors(fast, batch)
+    for batch, own in zip(ENCODER_BATCHES, model_vectors, strict=True):
         assert float(np.min(np.sum(fast._forward(list(batch)) * own, axis=1))) > 0.9995
     exact = float32_embedder.embed_documents(passages) @ float32_embedder.embed_documents(questions).T
     rounded = fast.embed_documents(passages) @ fast.embed_documents(questions).T
