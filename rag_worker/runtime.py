@@ -42,6 +42,18 @@ def cooperative_sleep(seconds: float) -> None:
         time.sleep(seconds)
 
 
+def limit_blas_threads(threads: int) -> None:
+    """numpy's BLAS (OpenBLAS) on `threads` threads for the whole process (0: the library's own default, one per
+    core). The worker runs many turns at once, each product small: a product big enough for OpenBLAS to split
+    (a few hundred vectors against a query) woke its threads, which then spun waiting for the next one, about 7 ms
+    of CPU a RAG turn on two cores (docs/benchmarks.md, "Eleventh round"). torch's threads are TORCH_THREADS'."""
+    if threads <= 0:
+        return
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads, user_api="blas")
+
+
 _pool = None
 
 

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from .locks import Locks
+from .runtime import limit_blas_threads
 from .settings import Settings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,6 +31,7 @@ log = logging.getLogger("rag_worker")
 class Services:
     def __init__(self, settings: Settings):
         self.settings = settings
+        limit_blas_threads(settings.blas_threads)
         self._build_lock = threading.Lock()
         self._ingest_lock = threading.Lock()  # ingestion's converter and chunker, each built once
         self._converter: IsolatedConverter | None = None

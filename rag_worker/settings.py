@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     embedding_max_length: int = Field(default=256, alias="EMBEDDING_MAX_LENGTH")
     reranker_model: str = Field(default="", alias="RERANKER_MODEL")
     torch_threads: int = Field(default=0, alias="TORCH_THREADS")
+    # numpy's BLAS threads in the worker (rag_worker/runtime.py, limit_blas_threads); 0: OpenBLAS's default.
+    blas_threads: int = Field(default=1, ge=0, alias="BLAS_THREADS")
     # The default embedder's linear layers as bfloat16 products (rag_worker/bert_encoder.py): `auto` where the CPU
     # has AMX or AVX-512 BF16 (about half a query's pass), `float32`, or `bfloat16` everywhere.
     embedding_precision: Literal["auto", "float32", "bfloat16"] = Field(
@@ -122,6 +124,10 @@ class Settings(BaseSettings):
     ann_nprobes: int = Field(default=10, alias="ANN_NPROBES")
     ann_refine_factor: int = Field(default=1, alias="ANN_REFINE_FACTOR")
     ann_ef: int = Field(default=400, alias="ANN_EF")
+    # Below ANN_MIN_ROWS a table's vector leg is an exact scan; the vectors of the tables searched last are held in
+    # memory for it, up to this many MB (4 bytes a dimension a chunk: 10,000 chunks of 384 dimensions are 15 MB), so
+    # a search compares against them instead of reading the whole column again (store/exact.py). 0: never held.
+    exact_search_cache_mb: int = Field(default=256, ge=0, alias="EXACT_SEARCH_CACHE_MB")
 
     # Ingestion (rag_worker/ingest). PDFs use Docling's model-free native pipeline unless this points at local
     # layout models, which switches them to the standard layout pipeline.

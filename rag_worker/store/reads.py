@@ -19,6 +19,7 @@ from ..runtime import offload
 from ..settings import Settings
 from . import ann, search
 from .catalog import Catalog
+from .exact import ExactVectors
 from .filters import doc_filter, doc_key, has_words, in_clause
 from .fusion import FUSIONS, FusionParams, fuse
 from .rows import (
@@ -55,6 +56,7 @@ class Reader:
         metadata_cache_mb: int | None = None,
         embedders=None,
         sentence_vectors: bool | None = None,
+        exact_cache_mb: int | None = None,
     ):
         defaults = Settings.model_construct()  # the settings' defaults, no environment read
         self.catalog = Catalog(
@@ -72,6 +74,10 @@ class Reader:
         # the vector leg searches it: the settings' values, their defaults when none are given.
         self.fusion = fusion or FusionParams.defaults()
         self.ann = ann_params or ann.AnnParams.from_settings(defaults)
+        # The vectors of the tables without an ANN index, held for their exact vector leg (store/exact.py).
+        self.exact = ExactVectors(
+            (defaults.exact_search_cache_mb if exact_cache_mb is None else exact_cache_mb) * 1024 * 1024
+        )
         # Whether writes embed and store each chunk's passage sentences (SENTENCE_VECTORS=ingest).
         self.sentence_vectors = (
             defaults.sentence_vectors == "ingest" if sentence_vectors is None else sentence_vectors
@@ -90,6 +96,7 @@ class Reader:
             index_cache_mb=settings.lancedb_index_cache_mb,
             metadata_cache_mb=settings.lancedb_metadata_cache_mb,
             sentence_vectors=settings.sentence_vectors == "ingest",
+            exact_cache_mb=settings.exact_search_cache_mb,
         )
 
     # -- identity and tables --------------------------------------------------------------------------------
@@ -177,7 +184,7 @@ class Reader:
         leg_limit = max(limit, search.HYBRID_LEG_MIN) if mode == "hybrid" else limit
         fusion_args = {"limit": limit, "fusion": params.fusion, "rrf_k": params.rrf_k, "alpha": params.alpha}
         try:
-            return self._search_tables(tables, qvec, fts_text, where, leg_limit, fusion_args)
+            return self._search_tables(tables, qvec, fts_text, where, leg_limit, fusion_args, filters or None)
         except ApiError:
             raise
         except Exception:
@@ -186,7 +193,7 @@ class Reader:
             fresh = self.open_tables(names)
             if all(a is b for (_, a), (_, b) in zip(tables, fresh, strict=True)):
                 raise
-            return self._search_tables(fresh, qvec, fts_text, where, leg_limit, fusion_args)
+            return self._search_tables(fresh, qvec, fts_text, where, leg_limit, fusion_args, filters or None)
 
     def query_embedder(self, tables: list[tuple[str, LanceTable]]) -> Embedder:
         """The one embedder the tables of a search were built with. Indexes built with different embedders
@@ -238,12 +245,23 @@ class Reader:
         leg_limit: int,
         *,
         slim: bool = False,
+        datasets: list[str] | None = None,
     ) -> tuple[search.Rows, search.Rows]:
         """A search's two legs on `snapshots` (`search.run_legs`, with this store's ANN parameters): (vector
         rows, FTS rows), each (index, row) best first, at most `leg_limit` deep; `qvec` None or `fts_text` None
         leaves that leg empty (`filters.has_words` says whether a query has terms). Rows are whole (hit columns,
         vector, `_distance` / `_score`, `_rowid`) unless `slim`; `fusion.fuse` takes them as they are."""
-        return search.run_legs(snapshots, qvec, fts_text, where, leg_limit, self.ann, slim=slim)
+        return search.run_legs(
+            snapshots,
+            qvec,
+            fts_text,
+            where,
+            leg_limit,
+            self.ann,
+            slim=slim,
+            datasets=datasets,
+            exact=self.exact,
+        )
 
     def _search_tables(
         self,
@@ -253,6 +271,7 @@ class Reader:
         where: str | None,
         leg_limit: int,
         fusion_args: dict,
+        datasets: list[str] | None = None,
     ) -> list[Hit]:
         snapshots = self.snapshots(tables)
         if qvec is not None and fts_text is not None and leg_limit > fusion_args["limit"]:
@@ -261,14 +280,16 @@ class Reader:
             # the id among them, are read for the fused top `limit` alone. Reading a column costs per row fetched
             # at 1M chunks (docs/benchmarks.md, "Fourth round", "Sixth round" and "Ninth round"), and the legs
             # fetch 100 each.
-            vec_rows, fts_rows = self.legs(snapshots, qvec, fts_text, where, leg_limit, slim=True)
+            vec_rows, fts_rows = self.legs(
+                snapshots, qvec, fts_text, where, leg_limit, slim=True, datasets=datasets
+            )
             hits = fuse(vec_rows, fts_rows, qvec, **fusion_args)
             if search.materialise(snapshots, hits):
                 return hits
             # The version's files went away between the legs and the read of their columns (cleaned up by another
             # process's compaction): whole rows from the newest version, once more.
             snapshots = self.snapshots(tables)
-        vec_rows, fts_rows = self.legs(snapshots, qvec, fts_text, where, leg_limit)
+        vec_rows, fts_rows = self.legs(snapshots, qvec, fts_text, where, leg_limit, datasets=datasets)
         return fuse(vec_rows, fts_rows, qvec, **fusion_args)
 
     # -- other reads ----------------------------------------------------------------------------------------
