@@ -152,6 +152,13 @@ def best_of(turn: Turn, question: str, first: list, second: list) -> list:
     return second if evidence(turn, question, second) > evidence(turn, question, first) else first
 
 
+def bare_sentence(hit, sentences: list[str]) -> bool:
+    """Whether `hit` is the one sentence `sentences` holds, embedded as it is: no headings in its metadata
+    (ingestion embeds a chunk's headings with its text, rag_worker/ingest/chunk.py)."""
+    metadata = hit.metadata if isinstance(hit.metadata, dict) else {}
+    return len(sentences) == 1 and sentences[0] == hit.text.strip() and not metadata.get("headings")
+
+
 def above_floor(turn: Turn, query: str, hits: list, floor: float) -> list:
     """The hits worth showing: a chunk vector at or above the evidence floor, or, for a long chunk whose vector
     is diluted by its other topics, one sentence that is (the README's "Backup" paragraph shares a chunk with
@@ -160,6 +167,10 @@ def above_floor(turn: Turn, query: str, hits: list, floor: float) -> list:
     rescued: set[int] = set()
     if low:
         per_hit = [[p.text for p in passage_sentences("x", h.text)] for h in low]
+        # A chunk that is one sentence, embedded from its bare text (no headings put before it), has that
+        # sentence's vector already: its similarity is the score that put it below the floor, so it cannot be
+        # rescued, and embedding it again was a pass for nothing (about 5 ms a turn on the benches' indexes).
+        per_hit = [[] if bare_sentence(h, texts) else texts for h, texts in zip(low, per_hit, strict=True)]
         flat = [t for texts in per_hit for t in texts]
         if flat:
             sims = turn.embed_texts(flat) @ turn.embed_query(query)
