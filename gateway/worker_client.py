@@ -13,6 +13,7 @@ import httpx
 
 from . import ranges
 from .errors import WorkerFailed
+from .netio import AsyncioTransport
 from .settings import Settings
 from .streams import WorkerStream, open_stream, send_once_more, unreachable, worker_error
 
@@ -50,7 +51,8 @@ class WorkerClient:
             headers=headers,
             timeout=httpx.Timeout(connect=5.0, read=settings.worker_read_timeout_s, write=60.0, pool=60.0),
             limits=limits,
-            transport=transport,
+            # asyncio's own transports under httpcore (gateway/netio.py) instead of anyio's wrappers
+            transport=transport or AsyncioTransport(limits=limits),
         )
 
     async def aclose(self) -> None:
