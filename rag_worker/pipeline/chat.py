@@ -290,7 +290,7 @@ def _retrieve(turn: Turn, src: Sources):
     turn.chunk_vectors.update({(h.index, h.id): h.vector for h in top if h.vector is not None})
     yield turn.step("expanding", "Adding neighbouring passages")
     with turn.timed("expand_ms"):
-        added = expand.expand(turn, documents)
+        added = expand.expand(turn, documents, {(h.index, h.id): h.row_id for h in top})
     turn.flags["expanded_chunks"] = added
     src.documents = documents
 

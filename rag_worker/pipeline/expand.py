@@ -40,12 +40,15 @@ def stored_sentences_wanted(turn: Turn) -> bool:
     return turn.settings.sentence_vectors == "ingest"
 
 
-def expand(turn: Turn, docs: list[dict]) -> int:
+def expand(turn: Turn, docs: list[dict], row_ids: dict[tuple[str, str], int | None] | None = None) -> int:
     """Fill each document's `context` with its neighbours' text (same file, chunk_index ± WINDOW).
 
     Returns how many neighbour chunks were added. Neighbours that are themselves among the documents are
-    left out of the context, so the generator never reads a passage twice.
+    left out of the context, so the generator never reads a passage twice. `row_ids` {(index, chunk id): row
+    address} says where the search found the documents' chunks: their neighbours are looked for next to them
+    first (`Store.neighbours_of`).
     """
+    row_ids = row_ids or {}
     wanted: dict[tuple, set[int]] = defaultdict(set)
     present = {(d["index"], d["document_id"], d["dataset"], d["filename"], d["chunk_index"]) for d in docs}
     # The same scan brings the sentence vectors stored with the documents' own chunks and their neighbours, for
@@ -60,12 +63,17 @@ def expand(turn: Turn, docs: list[dict]) -> int:
                 wanted[key].add(i)
     texts: dict[tuple, str] = {}
     by_index: dict[str, dict[tuple[str, str, str], list[int]]] = defaultdict(dict)
+    anchors: dict[str, dict[tuple[str, str, str], list]] = defaultdict(lambda: defaultdict(list))
     for (index, document_id, dataset, filename), indexes in wanted.items():
         by_index[index][(document_id, dataset, filename)] = sorted(indexes)
-    for index, docs_wanted in by_index.items():  # one scan per index, not one per document
+    for d in docs:
+        if d["chunk_index"] is not None and row_ids.get((d["index"], d["id"])) is not None:
+            key = (d["document_id"], d["dataset"], d["filename"])
+            anchors[d["index"]][key].append((d["chunk_index"], row_ids[(d["index"], d["id"])]))
+    for index, docs_wanted in by_index.items():  # one read per index, not one per document
         same_space = sentences and turn.services.store.embedder_for(index) is turn.space
         for (document_id, dataset, filename), hits in turn.services.store.neighbours_of(
-            index, docs_wanted, sentences=same_space
+            index, docs_wanted, sentences=same_space, anchors=anchors.get(index)
         ).items():
             for hit in hits:
                 turn.context_chunks.add((index, hit.id))

@@ -37,10 +37,16 @@ class Vectors:
     dataset_codes: np.ndarray  # (rows,) int32: index into `dataset_names`
     dataset_names: tuple[str, ...]
     by_id: np.ndarray  # (rows,) int64: the rows in order of their ids, for `vectors_of`
+    # (document_id, doc_key, chunk_index) -> row id: where each chunk is, so a search's neighbours are read by
+    # row id (`Reader.neighbours_of`) and a chunk not in it is known not to exist. None: a table without doc_key.
+    chunk_rows: dict[tuple[str, str, int], int] | None = None
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.matrix, self.norms, self.row_ids, self.dataset_codes, self.by_id))
+        arrays = sum(
+            a.nbytes for a in (self.matrix, self.norms, self.row_ids, self.dataset_codes, self.by_id)
+        )
+        return arrays + CHUNK_ROW_BYTES * len(self.chunk_rows or ())
 
     def vectors_of(self, row_ids: list[int]) -> list[np.ndarray | None]:
         """The vectors of these rows (copies), None for an id this version does not hold."""
@@ -84,9 +90,15 @@ class Vectors:
         ]
 
 
+# What one entry of `Vectors.chunk_rows` holds, about: a tuple of two 64-character strings and two ints in a dict.
+CHUNK_ROW_BYTES = 400
+
+
 def read_vectors(dataset: LanceDataset) -> Vectors | None:
-    """The version's vectors, row ids and datasets (blocking); None when a vector is missing (null)."""
-    data = dataset.to_table(columns=["vector", "dataset"], with_row_id=True)
+    """The version's vectors, row ids, datasets and chunk places (blocking); None when a vector is missing."""
+    placed = {"document_id", "doc_key", "chunk_index"} <= set(dataset.schema.names)
+    columns = ["vector", "dataset", *(["document_id", "doc_key", "chunk_index"] if placed else [])]
+    data = dataset.to_table(columns=columns, with_row_id=True)
     column = data.column("vector").combine_chunks()
     if column.null_count:
         return None
@@ -97,6 +109,20 @@ def read_vectors(dataset: LanceDataset) -> Vectors | None:
     )
     codes = data.column("dataset").combine_chunks().dictionary_encode()
     row_ids = data.column("_rowid").to_numpy().astype(np.uint64)
+    chunk_rows = None
+    if placed:
+        chunk_rows = dict(
+            zip(
+                zip(
+                    data.column("document_id").to_pylist(),
+                    data.column("doc_key").to_pylist(),
+                    data.column("chunk_index").to_pylist(),
+                    strict=True,
+                ),
+                row_ids.tolist(),
+                strict=True,
+            )
+        )
     return Vectors(
         version=dataset.version,
         matrix=matrix,
@@ -105,6 +131,7 @@ def read_vectors(dataset: LanceDataset) -> Vectors | None:
         dataset_codes=codes.indices.to_numpy(zero_copy_only=False).astype(np.int32),
         dataset_names=tuple(codes.dictionary.to_pylist()),
         by_id=np.argsort(row_ids, kind="stable").astype(np.int64),
+        chunk_rows=chunk_rows,
     )
 
 
@@ -139,7 +166,7 @@ class ExactVectors:
                 self._held.pop(key, None)
             return None
         dim = _dim(dataset)
-        if dim is None or dataset.count_rows() * (dim * 4 + 16) > self.budget:
+        if dim is None or dataset.count_rows() * (dim * 4 + 24 + CHUNK_ROW_BYTES) > self.budget:
             return None
         fresh = read_vectors(dataset)
         if fresh is None or fresh.nbytes > self.budget:

@@ -312,12 +312,26 @@ class Reader:
         return sorted(hits, key=lambda h: h.chunk_index)
 
     def neighbours_of(
-        self, index: str, wanted: dict[tuple[str, str, str], list[int]], *, sentences: bool = False
+        self,
+        index: str,
+        wanted: dict[tuple[str, str, str], list[int]],
+        *,
+        sentences: bool = False,
+        anchors: dict[tuple[str, str, str], list[tuple[int, int]]] | None = None,
     ) -> dict[tuple[str, str, str], list[Hit]]:
-        """`neighbours` for several documents of one index in one scan: {(document_id, dataset, filename): chunk
+        """`neighbours` for several documents of one index in one read: {(document_id, dataset, filename): chunk
         indexes} -> {same key: hits in document order}. With `sentences`, each hit carries the sentence vectors
-        stored with it (`Hit.sentence_vectors`; None from a table made before them)."""
-        clauses, keys = [], {}
+        stored with it (`Hit.sentence_vectors`; None from a table made before them).
+
+        The chunks are read by row address where it is known (one read, 0.5 ms), rather than by a filtered scan
+        of the whole table (9 ms of CPU at 10,000 chunks): where the table's vectors are held (`exact.py`), the
+        held version says where each chunk is and that a chunk not there does not exist; elsewhere `anchors`
+        {same key: [(chunk index, row address)]}, chunks of those documents as a search just found them, stand in:
+        a document's chunks are written in order, one after the other, so its neighbours are usually the rows
+        next to it. A row read counts only if it is the chunk wanted (same document, file, dataset and chunk
+        index; a deleted row is never returned); whatever was not found so is scanned for, as before."""
+        keys: dict[tuple[str, str], tuple[str, str, str]] = {}
+        asked: dict[tuple[str, str, str], list[int]] = {}
         for key, chunk_indexes in wanted.items():
             document_id, dataset, filename = key
             check_name(dataset, "dataset")
@@ -325,27 +339,100 @@ class Reader:
             indexes = sorted({int(i) for i in chunk_indexes if int(i) >= 0})
             if indexes:
                 keys[(document_id, doc_key(dataset, filename))] = key
-                clauses.append(
-                    f"({doc_filter(dataset, filename, document_id)} AND chunk_index IN "
-                    f"({', '.join(map(str, indexes))}))"
-                )
+                asked[key] = indexes
         table = self.table(index)
         out: dict[tuple[str, str, str], list[Hit]] = {k: [] for k in keys.values()}
-        if not clauses:
+        if not asked:
             return out
         stored = sentences and self.catalog.marker_of(table).get("sentences")
-        columns = [*HIT_COLUMNS, "doc_key", *(SENTENCE_COLUMNS if stored else ())]
         dim = self.embedder_for(index).dim if stored else 0
-        for row in offload(scan, table, " OR ".join(clauses), columns):
-            key = keys.get((row["document_id"], row["doc_key"]))
-            if key is not None:
-                hit = to_hit(index, row)
-                if stored:
-                    hit.sentence_vectors = decode_sentences(row[SENTENCES], row[SENTENCE_VECTORS], dim)
-                out[key].append(hit)
+        found: set[tuple[tuple[str, str, str], int]] = set()
+
+        def keep(key, row) -> None:
+            hit = to_hit(index, row)
+            if stored:
+                hit.sentence_vectors = decode_sentences(row[SENTENCES], row[SENTENCE_VECTORS], dim)
+            out[key].append(hit)
+            found.add((key, hit.chunk_index))
+
+        taken, absent = self._taken_neighbours(table, asked, anchors or {}, stored)
+        for key, row in taken:
+            keep(key, row)
+        missing = {
+            key: [i for i in indexes if (key, i) not in found and (key, i) not in absent]
+            for key, indexes in asked.items()
+        }
+        clauses = [
+            f"({doc_filter(key[1], key[2], key[0])} AND chunk_index IN ({', '.join(map(str, indexes))}))"
+            for key, indexes in missing.items()
+            if indexes
+        ]
+        if clauses:
+            columns = [*HIT_COLUMNS, "doc_key", *(SENTENCE_COLUMNS if stored else ())]
+            for row in offload(scan, table, " OR ".join(clauses), columns):
+                key = keys.get((row["document_id"], row["doc_key"]))
+                if key is not None and (key, row["chunk_index"]) not in found:
+                    keep(key, row)
         for hits in out.values():
             hits.sort(key=lambda h: h.chunk_index)
         return out
+
+    def _taken_neighbours(
+        self, table, asked: dict, anchors: dict, stored: bool
+    ) -> tuple[list[tuple[tuple, dict]], set[tuple[tuple, int]]]:
+        """(key, row) for each asked chunk read by row address (`neighbours_of`), and the asked (key, chunk index)
+        the held version says do not exist."""
+        held = offload(lambda: self.exact.of(self.catalog.reader(table)))
+        places = held.chunk_rows if held is not None else None
+        expected: dict[int, tuple[tuple[str, str, str], int]] = {}
+        absent: set[tuple[tuple, int]] = set()
+        for key, indexes in asked.items():
+            document_id, dataset, filename = key
+            if places is not None:
+                dkey = doc_key(dataset, filename)
+                for i in indexes:
+                    address = places.get((document_id, dkey, i))
+                    if address is None:
+                        absent.add((key, i))
+                    else:
+                        expected.setdefault(address, (key, i))
+                continue
+            for chunk_index, row_id in anchors.get(key, ()):
+                if row_id is None or chunk_index is None:
+                    continue
+                for i in indexes:
+                    address = row_id + (i - chunk_index)
+                    # Within the anchor's fragment (a row address is fragment << 32 | offset).
+                    if address >= 0 and address >> 32 == row_id >> 32:
+                        expected.setdefault(address, (key, i))
+        if not expected:
+            return [], absent
+        columns = [*self.catalog.hit_columns(table), *(SENTENCE_COLUMNS if stored else ()), "_rowid"]
+
+        def take() -> list[dict]:
+            # The newest version: a write since the places were read shows as rows that are not the chunk.
+            dataset = self.catalog.reader(table)
+            addresses = sorted(expected)
+            try:
+                return arrow_rows(dataset._take_rows(addresses, columns))
+            except (OSError, ValueError):  # an address past its fragment's end: one at a time, skipping those
+                rows = []
+                for address in addresses:
+                    try:
+                        rows += arrow_rows(dataset._take_rows([address], columns))
+                    except (OSError, ValueError):
+                        continue
+                return rows
+
+        out = []
+        for row in offload(take):
+            key, chunk_index = expected.get(row.get("_rowid"), (None, None))
+            if key is None:
+                continue
+            hit = to_hit("", row)
+            if (hit.document_id, hit.dataset, hit.filename, hit.chunk_index) == (*key, chunk_index):
+                out.append((key, row))
+        return out, absent
 
     def document_chunks(self, index: str, dataset: str, filename: str) -> list[Hit]:
         """Every chunk of one document in document order: its converted text, passage by passage, with each

@@ -1,6 +1,7 @@
 """The exact vector leg on vectors held in memory (store/exact.py) finds what pylance's own scan finds, on real
 LanceDB tables: the same rows in the same order with the same distances, the dataset filter applied before the
-cut, every write seen at the next search, and pylance's scan where the vectors are not held."""
+cut, every write seen at the next search, and pylance's scan where the vectors are not held; and a search's
+neighbouring chunks read by row address are those a scan of the table finds."""
 
 from __future__ import annotations
 
@@ -199,3 +200,92 @@ def test_ties_across_the_cut_go_to_the_lower_row_id(embedder):
     got = vectors.nearest(np.eye(1, 4, 0, dtype=np.float32)[0], 3)
     assert [r["_rowid"] for r in got] == [10, 20, 30]
     assert [v is None for v in vectors.vectors_of([10, 11])] == [False, True]
+
+
+def documents(dim: int, rng: np.random.Generator, names: list[str], chunks: int = 4) -> list[dict]:
+    """Documents of `chunks` chunks each, in dataset alpha, written in order as ingestion writes them."""
+    out = []
+    for n, name in enumerate(names):
+        vecs = rng.standard_normal((chunks, dim)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        for i in range(chunks):
+            out.append(
+                {
+                    "document_id": hashlib.sha256(name.encode()).hexdigest(),
+                    "filename": name,
+                    "dataset": "alpha",
+                    "page": None,
+                    "chunk_index": i,
+                    "text": f"{name} part {i} of document number {n}",
+                    "vector": vecs[i],
+                }
+            )
+    return out
+
+
+def neighbours_three_ways(held: Store, scanned: Store, wanted: dict, anchors: dict) -> dict:
+    """The neighbours from the held version, from row addresses next to `anchors` (a table not held), and from
+    the scan alone; asserted equal, returned as {key: [(chunk index, text)]}."""
+
+    def flat(found):
+        return {k: [(h.chunk_index, h.text, h.id) for h in v] for k, v in found.items()}
+
+    by_held = flat(held.neighbours_of("docs", wanted, anchors=anchors))
+    by_address = flat(scanned.neighbours_of("docs", wanted, anchors=anchors))
+    by_scan = flat(scanned.neighbours_of("docs", wanted))
+    assert by_held == by_scan and by_address == by_scan
+    return by_scan
+
+
+def test_neighbours_read_by_row_address_are_those_the_scan_finds(pair, embedder):
+    held, scanned = pair
+    rng = np.random.default_rng(11)
+    written = documents(embedder.dim, rng, ["a.md", "b.md", "c.md"])
+    held.add_chunks("docs", written)
+    doc = {r["filename"]: (r["document_id"], "alpha", r["filename"]) for r in written}
+    hits = {
+        h.filename + str(h.chunk_index): h
+        for h in held.search("docs", "x", mode="vector", vector=written[5]["vector"], limit=12)
+    }
+    b1, c3 = hits["b.md1"], hits["c.md3"]
+    wanted = {
+        doc["b.md"]: [0, 1, 2],
+        doc["c.md"]: [2, 3, 4],
+    }  # c.md has no chunk 4; c.md 3 is the table's last row
+    anchors = {doc["b.md"]: [(1, b1.row_id)], doc["c.md"]: [(3, c3.row_id)]}
+    got = neighbours_three_ways(held, scanned, wanted, anchors)
+    assert [i for i, *_ in got[doc["b.md"]]] == [0, 1, 2]
+    assert [t for _, t, _ in got[doc["c.md"]]] == [
+        "c.md part 2 of document number 2",
+        "c.md part 3 of document number 2",
+    ]
+    assert held.exact.held_bytes() > 0
+
+    # Anchors that point elsewhere (a row of another document) find nothing wrong: the scan finds the chunks.
+    wrong = {doc["b.md"]: [(1, c3.row_id)], doc["c.md"]: [(3, b1.row_id)]}
+    assert neighbours_three_ways(held, scanned, wanted, wrong) == got
+
+
+def test_neighbours_after_a_document_is_rewritten_are_its_new_chunks(pair, embedder):
+    """The search found b.md's chunks where they were; the document is replaced (its old rows deleted, new ones
+    written elsewhere) before the neighbours are read: the new text is read, never the old."""
+    held, scanned = pair
+    rng = np.random.default_rng(12)
+    written = documents(embedder.dim, rng, ["a.md", "b.md", "c.md"])
+    held.add_chunks("docs", written)
+    key = (written[4]["document_id"], "alpha", "b.md")
+    b1 = next(
+        h
+        for h in held.search("docs", "x", mode="vector", vector=written[5]["vector"], limit=12)
+        if h.filename == "b.md" and h.chunk_index == 1
+    )
+    held.delete_document("docs", dataset="alpha", filename="b.md")
+    again = documents(embedder.dim, rng, ["b.md"], chunks=2)
+    for row in again:
+        row["text"] = row["text"].replace("part", "rewritten part")
+    held.add_chunks("docs", again)
+    got = neighbours_three_ways(held, scanned, {key: [0, 1, 2]}, {key: [(1, b1.row_id)]})
+    assert [t for _, t, _ in got[key]] == [
+        "b.md rewritten part 0 of document number 0",
+        "b.md rewritten part 1 of document number 0",
+    ]
