@@ -125,7 +125,7 @@ class Settings(BaseSettings):
     ann_refine_factor: int = Field(default=1, alias="ANN_REFINE_FACTOR")
     ann_ef: int = Field(default=400, alias="ANN_EF")
     # Below ANN_MIN_ROWS a table's vector leg is an exact scan; the vectors of the tables searched last are held in
-    # memory for it, up to this many MB (4 bytes a dimension a chunk: 10,000 chunks of 384 dimensions are 15 MB), so
+    # memory for it, up to this many MB (about 2 KB a chunk of 384 dimensions: 10,000 chunks take 20 MB), so
     # a search compares against them instead of reading the whole column again (store/exact.py). 0: never held.
     exact_search_cache_mb: int = Field(default=256, ge=0, alias="EXACT_SEARCH_CACHE_MB")
 
