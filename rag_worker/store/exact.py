@@ -8,7 +8,8 @@ row ids and datasets, and kept here; a search of that version compares against t
 vector leg returns: rows of `_rowid`, `_distance` (cosine distance, 1 - cos, as `metric="cosine"` computes it),
 `vector`, best first, the dataset filter applied before the cut (pylance's prefilter).
 
-A new version (any write, by this process or another) is read again at its first search. The cache keeps the
+A new version (any write, by this process or another; a table made again under the same name) is read again at
+its first search. The cache keeps the
 newest version of the tables used last, within EXACT_SEARCH_CACHE_MB of vectors; a table that does not fit, or
 that has an ANN index, is searched by pylance as before.
 """
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class Vectors:
     """One version's vectors: row i of `matrix` is the row with id `row_ids[i]`, in dataset `datasets[i]`."""
 
-    version: int
+    version: tuple[int, object]  # `stamp` of the version read
     matrix: np.ndarray  # (rows, dim) float32, C-contiguous
     norms: np.ndarray  # (rows,) float32: each row's length, for the cosine
     row_ids: np.ndarray  # (rows,) uint64
@@ -124,7 +125,7 @@ def read_vectors(dataset: LanceDataset) -> Vectors | None:
             )
         )
     return Vectors(
-        version=dataset.version,
+        version=stamp(dataset),
         matrix=matrix,
         norms=np.linalg.norm(matrix, axis=1).astype(np.float32) if rows else np.zeros(0, np.float32),
         row_ids=row_ids,
@@ -141,7 +142,9 @@ class ExactVectors:
     def __init__(self, budget_bytes: int):
         self.budget = max(0, int(budget_bytes))
         self._held: OrderedDict[str, Vectors] = OrderedDict()
-        self._indexed: dict[str, int] = {}  # table -> a version found with an ANN index (pylance searches it)
+        self._indexed: dict[
+            str, tuple
+        ] = {}  # table -> a version found with an ANN index (pylance searches it)
         # Taken in the native threads a search's legs run in: the interpreter's own lock, never gevent's.
         self._lock = _native_lock()
 
@@ -150,7 +153,7 @@ class ExactVectors:
         its vectors would not fit."""
         if self.budget <= 0:
             return None
-        key, version = str(dataset.uri), dataset.version
+        key, version = str(dataset.uri), stamp(dataset)
         with self._lock:
             held = self._held.get(key)
             if held is not None and held.version == version:
@@ -172,10 +175,8 @@ class ExactVectors:
         if fresh is None or fresh.nbytes > self.budget:
             return None
         with self._lock:
-            held = self._held.get(key)
-            if held is None or held.version <= fresh.version:  # never replace a newer version with an older
-                self._held[key] = fresh
-                self._held.move_to_end(key)
+            self._held[key] = fresh  # the version read last: a search of another reads its own
+            self._held.move_to_end(key)
             total = sum(v.nbytes for v in self._held.values())
             while total > self.budget and len(self._held) > 1:
                 _, dropped = self._held.popitem(last=False)
@@ -185,6 +186,13 @@ class ExactVectors:
     def held_bytes(self) -> int:
         with self._lock:
             return sum(v.nbytes for v in self._held.values())
+
+
+def stamp(dataset: LanceDataset) -> tuple[int, object]:
+    """Which version of which table `dataset` is: its number and its commit time (from the manifest already
+    loaded). A table dropped and made again under the same name counts its versions from 1 again: the number
+    alone would take the new table's version 3 for the old one's."""
+    return dataset.version, dataset.get_version().get("timestamp")
 
 
 def _dim(dataset: LanceDataset) -> int | None:

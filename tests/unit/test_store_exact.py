@@ -189,7 +189,7 @@ def test_ties_across_the_cut_go_to_the_lower_row_id(embedder):
     matrix[0] = np.eye(1, 4, 1, dtype=np.float32)  # and one elsewhere
     ids = np.array([50, 40, 30, 20, 10, 60], dtype=np.uint64)
     vectors = Vectors(
-        version=1,
+        version=(1, 0),
         matrix=matrix,
         norms=np.linalg.norm(matrix, axis=1),
         row_ids=ids,
@@ -289,3 +289,26 @@ def test_neighbours_after_a_document_is_rewritten_are_its_new_chunks(pair, embed
         "b.md rewritten part 0 of document number 0",
         "b.md rewritten part 1 of document number 0",
     ]
+
+
+def test_a_table_made_again_under_the_same_name_is_never_answered_from_the_old_ones_vectors(
+    tmp_path, embedder
+):
+    """Dropped and written again, a table counts its versions from 1 again: the same version numbers, other rows."""
+    rng = np.random.default_rng(13)
+    store = Store(tmp_path / "db", embedder)
+    old = rows(0, 50, embedder.dim, rng)
+    for start in range(0, 50, 10):  # five writes: five versions
+        store.add_chunks("big", old[start : start + 10])
+    assert store.search("big", "x", mode="vector", vector=old[7]["vector"], limit=1)[0].filename == "doc7.txt"
+    store.drop("big")
+    new = rows(100, 50, embedder.dim, rng)
+    for start in range(0, 50, 10):
+        store.add_chunks("big", new[start : start + 10])
+    for probe in (old[7], new[7]):
+        for mode in ("vector", "hybrid"):
+            hits = store.search("big", "passage", mode=mode, vector=probe["vector"], limit=3)
+            assert {h.filename for h in hits} <= {r["filename"] for r in new}
+    assert (
+        store.search("big", "x", mode="vector", vector=new[7]["vector"], limit=1)[0].filename == "doc107.txt"
+    )
