@@ -49,14 +49,20 @@ class TurnQueue:
     # woken when a slot frees: a hundred waiting turns all woken, each sending a step, at every slot handed over
     # was a tenth of a RAG turn's CPU in a burst (docs/benchmarks.md, "Sixth round").
     REPORT_S = 1.0
+    # A turn that has its answer already (back for its grounding check or provenance) waits as if it had arrived
+    # this much later: turns that arrived up to this long after it reach their first token first, and none that
+    # arrived later passes it. In a burst that is the difference between the last first token coming after every
+    # turn's check and coming after every turn's search (docs/benchmarks.md, "Eleventh round").
+    ANSWERED_DEFER_S = 2.0
 
     def __init__(self, slots: int, max_queued: int):
         self.slots = max(1, slots)
         self.max_queued = max(0, max_queued)
         # threading primitives are greenlet-aware once gevent has patched the process.
         self._lock = threading.Lock()
-        # (turn start, arrival number): waiting in order of the turns' arrival, so a turn coming back for its
-        # provenance goes ahead of turns that came in after it.
+        # (turn start, arrival number): waiting in order of the turns' arrival (a turn back with its answer as if
+        # it had arrived ANSWERED_DEFER_S later), so a turn coming back for its provenance goes ahead of turns that
+        # came in well after it.
         self._waiting: list[tuple[float, int]] = []
         self._wakers: dict[tuple[float, int], threading.Event] = {}  # set: a slot may be yours, look
         self._seq = itertools.count()
@@ -90,16 +96,17 @@ class TurnQueue:
                     retry_after_s=retry,
                 )
 
-    def wait(self, since: float) -> Iterator[int]:
+    def wait(self, since: float, *, answered: bool = False) -> Iterator[int]:
         """Queue a turn that started at `since` (monotonic) and wait for a slot, yielding its 1-based position
         at once, then when it has moved (read every REPORT_S) and every HEARTBEAT_S. Returns holding a slot;
-        the caller must `release()` it. Closing the generator while it waits leaves the queue."""
+        the caller must `release()` it. Closing the generator while it waits leaves the queue. `answered`: the
+        turn has streamed its answer (its grounding check or provenance waits), see ANSWERED_DEFER_S."""
         with self._lock:
             if self._busy < self.slots and not self._waiting:
                 self._busy += 1
                 self._gauges()
                 return
-            ticket = (since, next(self._seq))
+            ticket = (since + (self.ANSWERED_DEFER_S if answered else 0.0), next(self._seq))
             bisect.insort(self._waiting, ticket)
             waker = self._wakers[ticket] = threading.Event()
             self._gauges()
@@ -154,12 +161,13 @@ class TurnQueue:
             self.release(time.monotonic() - t0)
 
 
-def queued(turn) -> Iterator:
-    """`with (yield from queued(turn)):` waits in the worker's queue (in order of the turns' arrival), yielding a `queued` step each time the
-    turn's position changes, then holds a slot for the block."""
+def queued(turn, *, answered: bool = False) -> Iterator:
+    """`with (yield from queued(turn)):` waits in the worker's queue (in order of the turns' arrival; `answered`:
+    the turn's answer is out, TurnQueue.ANSWERED_DEFER_S), yielding a `queued` step each time the turn's position
+    changes, then holds a slot for the block."""
     q: TurnQueue = turn.services.turn_queue
     t0 = time.monotonic()
-    for position in q.wait(turn.started):
+    for position in q.wait(turn.started, answered=answered):
         yield turn.step(
             "queued",
             f"Waiting for a free slot: {_ordinal(position)} in line",

@@ -220,7 +220,7 @@ def _verify(turn: Turn, src: Sources, grounder: Grounder | None, reply: str):
     if grounder is not None:
         yield turn.step("grounding", "Checking each sentence against the sources")
         # The check embeds the passages' sentences: CPU work, queued like retrieval and provenance.
-        with (yield from queued(turn)), turn.timed("grounding_ms"):
+        with (yield from queued(turn, answered=True)), turn.timed("grounding_ms"):
             reply, src.abstained = grounder.review(reply)
         yield turn.step("grounding", grounder.summary(), turn.grounding["action"])
     if src.route in ("rag", "sql") and not src.abstained:
@@ -231,7 +231,7 @@ def _verify(turn: Turn, src: Sources, grounder: Grounder | None, reply: str):
         turn.flags["uncited"] = bool(documents) and not cited
         if turn.options.provenance != "none" and documents:
             yield turn.step("provenance", "Measuring how much each document contributed")
-            with (yield from queued(turn)), turn.timed("provenance_ms"):
+            with (yield from queued(turn, answered=True)), turn.timed("provenance_ms"):
                 turn.flags["provenance_method"] = provenance.attribute(
                     turn, reply, documents, turn.options.provenance
                 )

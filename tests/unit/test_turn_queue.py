@@ -9,11 +9,13 @@ import time
 from rag_worker.pipeline.admission import TurnQueue
 
 
-def waiter(q: TurnQueue, since: float, said: list, got: list, hold_s: float = 0.0) -> threading.Thread:
+def waiter(
+    q: TurnQueue, since: float, said: list, got: list, hold_s: float = 0.0, *, answered: bool = False
+) -> threading.Thread:
     """A thread that waits for a slot (recording each position it is told, with the time), holds it, frees it."""
 
     def run():
-        for position in q.wait(since):
+        for position in q.wait(since, answered=answered):
             said.append((time.monotonic(), position))
         got.append((since, time.monotonic()))
         time.sleep(hold_s)
@@ -49,6 +51,24 @@ def test_slots_go_in_order_of_arrival():
     for t in threads:
         t.join(5)
     assert [since for since, _ in got] == [1.0, 2.0, 3.0]
+
+
+def test_a_turn_back_with_its_answer_lets_the_turns_just_behind_it_reach_their_first_token_first():
+    """In a burst, the first turns' grounding checks would otherwise hold up every later turn's search: a turn that
+    has its answer waits as if it had arrived ANSWERED_DEFER_S later, and is never passed by turns that arrived
+    later than that (no turn's check waits for ever under a steady stream of new questions)."""
+    q = TurnQueue(slots=1, max_queued=10)
+    list(q.wait(0.0))
+    got: list = []
+    defer = TurnQueue.ANSWERED_DEFER_S
+    threads = [waiter(q, 1.0, [], got, answered=True)]  # arrived first, back for its check
+    time.sleep(0.05)
+    threads += [waiter(q, since, [], got) for since in (1.5, 1.0 + defer + 0.5, 1.2)]  # searches
+    time.sleep(0.2)  # all four in line
+    q.release()
+    for t in threads:
+        t.join(5)
+    assert [since for since, _ in got] == [1.2, 1.5, 1.0, 1.0 + defer + 0.5]
 
 
 def test_a_waiting_turn_says_its_place_at_once_then_at_most_every_report_s():
