@@ -9,9 +9,9 @@ vector leg returns: rows of `_rowid`, `_distance` (cosine distance, 1 - cos, as 
 `vector`, best first, the dataset filter applied before the cut (pylance's prefilter).
 
 A new version (any write, by this process or another; a table made again under the same name) is read again at
-its first search. The cache keeps the
-newest version of the tables used last, within EXACT_SEARCH_CACHE_MB of vectors; a table that does not fit, or
-that has an ANN index, is searched by pylance as before.
+its first search. The cache keeps the newest version of the tables used last, within EXACT_SEARCH_CACHE_MB; a
+table that does not fit, or that has an ANN index, is searched by pylance as before. With the vectors it holds
+where each chunk is, which context expansion reads the neighbours by (`Reader.neighbours_of`).
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class Vectors:
         q = np.asarray(qvec, dtype=np.float32)
         matrix, norms, row_ids = self.matrix, self.norms, self.row_ids
         if datasets is not None:
-            wanted = [i for i, name in enumerate(self.dataset_names) if name in set(datasets)]
+            allowed = set(datasets)
+            wanted = [i for i, name in enumerate(self.dataset_names) if name in allowed]
             keep = np.flatnonzero(np.isin(self.dataset_codes, wanted))
             matrix, norms, row_ids = matrix[keep], norms[keep], row_ids[keep]
         if not len(row_ids) or k <= 0:
@@ -142,9 +143,8 @@ class ExactVectors:
     def __init__(self, budget_bytes: int):
         self.budget = max(0, int(budget_bytes))
         self._held: OrderedDict[str, Vectors] = OrderedDict()
-        self._indexed: dict[
-            str, tuple
-        ] = {}  # table -> a version found with an ANN index (pylance searches it)
+        # table -> a version found with an ANN index (pylance searches it)
+        self._indexed: dict[str, tuple] = {}
         # Taken in the native threads a search's legs run in: the interpreter's own lock, never gevent's.
         self._lock = _native_lock()
 
