@@ -15,7 +15,6 @@ timeouts, its error types and its pool. Proxies are untouched (httpx mounts its 
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -84,20 +83,24 @@ class _Protocol(asyncio.Protocol):
             self.transport.resume_reading()
         return data
 
-
-async def _until(future: asyncio.Future, timeout: float | None) -> bool:
-    """Wait for `future`, at most `timeout` seconds (None: no limit); False when the time ran out first."""
-    if timeout is None:
-        await future
-        return True
-    if timeout <= 0:
-        return future.done()
-    loop = asyncio.get_running_loop()
-    timer = loop.call_later(timeout, lambda: future.done() or future.set_result("timeout"))
-    try:
-        return await future != "timeout"
-    finally:
-        timer.cancel()
+    async def wait(self, slot: str, timeout: float | None, timed_out: type[Exception], message: str) -> None:
+        """Wait until the loop sets the future kept in `slot` ("reader" or "writable"), at most `timeout`
+        seconds (None: no limit; one timer), else raise `timed_out(message)`."""
+        if timeout is not None and timeout <= 0:
+            raise timed_out(message)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        setattr(self, slot, future)
+        timer = None
+        if timeout is not None:
+            timer = loop.call_later(timeout, lambda: future.done() or future.set_result("timeout"))
+        try:
+            if await future == "timeout":
+                raise timed_out(message)
+        finally:
+            setattr(self, slot, None)
+            if timer is not None:
+                timer.cancel()
 
 
 class AsyncioStream(httpcore.AsyncNetworkStream):
@@ -110,12 +113,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         p = self._protocol
         if not p.buffer and not p.eof:
-            p.reader = asyncio.get_running_loop().create_future()
-            try:
-                if not await _until(p.reader, timeout):
-                    raise httpcore.ReadTimeout("timed out reading from the worker")
-            finally:
-                p.reader = None
+            await p.wait("reader", timeout, httpcore.ReadTimeout, "timed out reading from the worker")
         if p.buffer:
             return p.take(max_bytes)
         if p.error is not None:
@@ -130,12 +128,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             raise httpcore.WriteError("the connection to the worker is closed")
         self._transport.write(buffer)
         if p.paused_writing:
-            p.writable = asyncio.get_running_loop().create_future()
-            try:
-                if not await _until(p.writable, timeout):
-                    raise httpcore.WriteTimeout("timed out writing to the worker")
-            finally:
-                p.writable = None
+            await p.wait("writable", timeout, httpcore.WriteTimeout, "timed out writing to the worker")
             if p.error is not None or self._transport.is_closing():
                 raise httpcore.WriteError("the connection to the worker was lost while writing")
 
@@ -185,10 +178,22 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         return None
 
 
-def _options(transport: asyncio.BaseTransport, options: Iterable[httpcore.SOCKET_OPTION] | None) -> None:
+async def _connected(
+    connecting, where: str, timeout: float | None, options: Iterable[httpcore.SOCKET_OPTION] | None
+) -> AsyncioStream:
+    """The stream of a connection being made (`loop.create_connection` or `create_unix_connection`), within
+    `timeout`, with the socket options httpcore asks for; httpcore's errors when it fails."""
+    try:
+        async with asyncio.timeout(timeout):
+            transport, protocol = await connecting
+    except TimeoutError as exc:
+        raise httpcore.ConnectTimeout(f"connecting to {where} timed out") from exc
+    except OSError as exc:  # socket.gaierror among them
+        raise httpcore.ConnectError(f"{type(exc).__name__}: {exc}") from exc
     sock = transport.get_extra_info("socket")
     for option in options or ():
         sock.setsockopt(*option)
+    return AsyncioStream(transport, protocol)
 
 
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
@@ -202,17 +207,14 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
         local = (local_address, 0) if local_address else None
-        try:
-            async with asyncio.timeout(timeout):
-                transport, protocol = await loop.create_connection(_Protocol, host, port, local_addr=local)
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
-        except (OSError, socket.gaierror) as exc:
-            raise httpcore.ConnectError(f"{type(exc).__name__}: {exc}") from exc
-        _options(transport, socket_options)
-        return AsyncioStream(transport, protocol)  # type: ignore[arg-type]
+        loop = asyncio.get_running_loop()
+        return await _connected(
+            loop.create_connection(_Protocol, host, port, local_addr=local),
+            f"{host}:{port}",
+            timeout,
+            socket_options,
+        )
 
     async def connect_unix_socket(
         self,
@@ -221,15 +223,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, protocol = await loop.create_unix_connection(_Protocol, path)
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"connecting to {path} timed out") from exc
-        except OSError as exc:
-            raise httpcore.ConnectError(f"{type(exc).__name__}: {exc}") from exc
-        _options(transport, socket_options)
-        return AsyncioStream(transport, protocol)  # type: ignore[arg-type]
+        return await _connected(loop.create_unix_connection(_Protocol, path), path, timeout, socket_options)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
