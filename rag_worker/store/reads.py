@@ -348,16 +348,16 @@ class Reader:
         dim = self.embedder_for(index).dim if stored else 0
         found: set[tuple[tuple[str, str, str], int]] = set()
 
-        def keep(key, row) -> None:
-            hit = to_hit(index, row)
+        def keep(key, row, hit: Hit | None = None) -> None:
+            hit = to_hit(index, row) if hit is None else hit
             if stored:
                 hit.sentence_vectors = decode_sentences(row[SENTENCES], row[SENTENCE_VECTORS], dim)
             out[key].append(hit)
             found.add((key, hit.chunk_index))
 
-        taken, absent = self._taken_neighbours(table, asked, anchors or {}, stored)
-        for key, row in taken:
-            keep(key, row)
+        taken, absent = self._taken_neighbours(index, table, asked, anchors or {}, stored)
+        for key, row, hit in taken:
+            keep(key, row, hit)
         missing = {
             key: [i for i in indexes if (key, i) not in found and (key, i) not in absent]
             for key, indexes in asked.items()
@@ -378,9 +378,9 @@ class Reader:
         return out
 
     def _taken_neighbours(
-        self, table, asked: dict, anchors: dict, stored: bool
-    ) -> tuple[list[tuple[tuple, dict]], set[tuple[tuple, int]]]:
-        """(key, row) for each asked chunk read by row address (`neighbours_of`), and the asked (key, chunk index)
+        self, index: str, table, asked: dict, anchors: dict, stored: bool
+    ) -> tuple[list[tuple[tuple, dict, Hit]], set[tuple[tuple, int]]]:
+        """(key, row, its hit) for each asked chunk read by row address (`neighbours_of`), and the asked (key, chunk index)
         the held version says do not exist."""
         held = offload(lambda: self.exact.of(self.catalog.reader(table)))
         places = held.chunk_rows if held is not None else None
@@ -429,9 +429,9 @@ class Reader:
             key, chunk_index = expected.get(row.get("_rowid"), (None, None))
             if key is None:
                 continue
-            hit = to_hit("", row)
+            hit = to_hit(index, row)
             if (hit.document_id, hit.dataset, hit.filename, hit.chunk_index) == (*key, chunk_index):
-                out.append((key, row))
+                out.append((key, row, hit))
         return out, absent
 
     def document_chunks(self, index: str, dataset: str, filename: str) -> list[Hit]:
