@@ -105,6 +105,24 @@ def group_cpu_s(pid: int) -> float:
     return total
 
 
+def loop_cpu_s(pid: int) -> float:
+    """CPU seconds of the main threads alone of the process group led by `pid`: each process's event loop (the
+    gateway's), without its thread pool's database work."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != pid:
+                continue
+            stat = (entry / "task" / entry.name / "stat").read_text()
+        except (OSError, ProcessLookupError):
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 async def timed_turn(client: httpx.AsyncClient, url: str, body: dict, headers: dict | None = None) -> dict:
     start = time.perf_counter()
     async with client.stream("POST", url, json=body, headers=headers) as resp:
@@ -205,6 +223,7 @@ async def burst(
         await target.prepare(client, n, chat_body)
         reqs = [target.request(i) for i in range(n)]
         cpu0 = {k: group_cpu_s(pid) for k, pid in (cpu_of or {}).items()}
+        loop0 = loop_cpu_s(cpu_of["gateway"]) if cpu_of and "gateway" in cpu_of else None
         saves: dict = {}
         watcher = asyncio.create_task(watch_saves(db, saves)) if db is not None else None
         start = time.perf_counter()
@@ -216,6 +235,8 @@ async def burst(
             watcher.cancel()
             out["saves"] = saves
         out["cpu_ms"] = {k: (group_cpu_s(pid) - cpu0[k]) * 1000 / n for k, pid in (cpu_of or {}).items()}
+        if loop0 is not None:  # of the gateway's: its event loop's share (the rest is its database threads)
+            out["cpu_ms"]["gw-loop"] = (loop_cpu_s(cpu_of["gateway"]) - loop0) * 1000 / n
         return out
 
 

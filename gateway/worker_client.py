@@ -5,6 +5,7 @@ Plain requests are answered here as JSON; streamed ones are opened through gatew
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -13,9 +14,11 @@ import httpx
 
 from . import ranges
 from .errors import WorkerFailed
+from .leanhttp import LeanPool
 from .netio import AsyncioTransport
 from .settings import Settings
 from .streams import WorkerStream, open_stream, send_once_more, unreachable, worker_error
+from .telemetry import outgoing_headers
 
 log = logging.getLogger("gateway.worker")
 
@@ -45,17 +48,35 @@ class WorkerClient:
             keepalive_expiry=5.0,
         )
         base_url, auth = without_credentials(settings.worker_url.rstrip("/"))
+        timeout = httpx.Timeout(connect=5.0, read=settings.worker_read_timeout_s, write=60.0, pool=60.0)
+        # A chat turn's stream, the gateway's hot path, skips httpx on a plain-HTTP worker (gateway/leanhttp.py);
+        # a transport given here (and TLS) keeps every request on httpx.
+        self.lean: LeanPool | None = None
+        url = httpx.URL(base_url)
+        if transport is None and url.scheme == "http" and url.host:
+            self.lean = LeanPool(
+                url.host,
+                url.port or 80,
+                timeout=timeout,
+                max_connections=settings.worker_max_connections,
+                keepalive_expiry=limits.keepalive_expiry or 5.0,
+                headers=headers,
+                auth=auth,
+            )
+        self._path_prefix = urlsplit(base_url).path.rstrip("/")
         self.http = httpx.AsyncClient(
             base_url=base_url,
             auth=auth,
             headers=headers,
-            timeout=httpx.Timeout(connect=5.0, read=settings.worker_read_timeout_s, write=60.0, pool=60.0),
+            timeout=timeout,
             limits=limits,
             # asyncio's own transports under httpcore (gateway/netio.py) instead of anyio's wrappers
             transport=transport or AsyncioTransport(limits=limits),
         )
 
     async def aclose(self) -> None:
+        if self.lean is not None:
+            await self.lean.aclose()
         await self.http.aclose()
 
     async def request_json(
@@ -100,8 +121,26 @@ class WorkerClient:
     # The routes, one method each.
 
     async def chat_stream(self, payload: dict) -> WorkerStream:
-        """One turn as SSE: step, documents, token, then done (the answer) or error."""
-        return await self.open("POST", "/chat_stream", json=payload)
+        """One turn as SSE: step, documents, token, then done (the answer) or error. Never sent twice (the
+        worker would run the turn twice)."""
+        if self.lean is None:
+            return await self.open("POST", "/chat_stream", json=payload)
+        # The JSON httpx would send (its encode_json).
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        headers = {"Content-Type": "application/json", **outgoing_headers()}
+        try:
+            resp = await self.lean.send("POST", self._path_prefix + "/chat_stream", body, headers)
+            if resp.status_code >= 400:
+                try:
+                    answer = await resp.aread()
+                finally:
+                    await resp.aclose()
+                raise worker_error(resp, answer)  # type: ignore[arg-type]  (answers what it reads of one)
+        except httpx.TransportError as exc:
+            raise unreachable(self.settings.worker_url, exc) from None
+        except httpx.DecodingError:
+            raise WorkerFailed("the worker's answer could not be read (DecodingError)") from None
+        return WorkerStream(resp)  # type: ignore[arg-type]
 
     async def build_index(self, index: str, rebuild: bool, prune: bool) -> WorkerStream:
         """A (re)build of the index from its uploads folder as SSE: progress per file, then done or error."""
