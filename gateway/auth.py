@@ -54,10 +54,35 @@ def read_token(token: str, secret: str) -> int:
     return read_claims(token, secret).user_id
 
 
+# Tokens verified already, with their expiry: every request of a signed-in browser sends the same token, and
+# checking its signature and claims again is a large part of what a turn costs the gateway's event loop. A
+# token's validity changes only with time (its `exp`; the account's state is read at every request), so the
+# entry answers until then. Keyed by the token and the secret, so any other bytes are verified in full.
+_VERIFIED: dict[tuple[str, str], tuple[TokenClaims, float]] = {}
+_VERIFIED_MAX = 4096
+
+
 def read_claims(token: str, secret: str) -> TokenClaims:
     """The claims of a valid token; a 401 that says why for anything else."""
+    known = _VERIFIED.get((token, secret))
+    if known is not None:
+        if known[1] > time.time():  # PyJWT's test: expired once exp <= now
+            return known[0]
+        _VERIFIED.pop((token, secret), None)
+        raise Unauthorized("the session token has expired: log in again", code="token_expired")
+    claims = _verified(token, secret)
+    if len(_VERIFIED) >= _VERIFIED_MAX:
+        _VERIFIED.clear()
+    exp = claims.pop("exp")
+    read = _claims(claims)
+    if isinstance(exp, int | float) and not isinstance(exp, bool):
+        _VERIFIED[(token, secret)] = (read, float(exp))
+    return read
+
+
+def _verified(token: str, secret: str) -> dict:
     try:
-        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["exp", "sub"]})
+        return jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["exp", "sub"]})
     except jwt.ExpiredSignatureError:
         raise Unauthorized("the session token has expired: log in again", code="token_expired") from None
     except jwt.InvalidAlgorithmError:
@@ -68,6 +93,9 @@ def read_claims(token: str, secret: str) -> TokenClaims:
         raise Unauthorized("the token signature is not valid: log in again", code="token_invalid") from None
     except jwt.InvalidTokenError as exc:
         raise Unauthorized(f"the token is not valid ({exc}): log in again", code="token_invalid") from None
+
+
+def _claims(claims: dict) -> TokenClaims:
     try:
         user_id = int(claims["sub"])
     except (TypeError, ValueError):

@@ -37,6 +37,25 @@ def test_an_expired_token_is_refused_as_expired() -> None:
     assert "expired" in err.value.message
 
 
+def test_a_token_read_once_still_expires_on_time_and_only_its_exact_bytes_are_taken_for_it() -> None:
+    # Valid for another 0.4 s: read (and remembered) now, refused as expired once its exp has passed.
+    token = jwt.encode({"sub": "7", "exp": time.time() + 0.4, "ver": 0}, SECRET, algorithm="HS256")
+    assert read_token(token, SECRET) == 7 and read_token(token, SECRET) == 7
+    head, body, signature = token.split(".")
+    forged_body = _b64({**json.loads(base64.urlsafe_b64decode(body + "==")), "sub": "8"})
+    with pytest.raises(Unauthorized) as forged:
+        read_token(f"{head}.{forged_body}.{signature}", SECRET)  # the same signature on another body
+    assert forged.value.code == "token_invalid"
+    with pytest.raises(Unauthorized) as other_secret:
+        read_token(token, "another secret entirely, also long")
+    assert other_secret.value.code == "token_invalid"
+    time.sleep(0.5)
+    for _ in range(2):
+        with pytest.raises(Unauthorized) as err:
+            read_token(token, SECRET)
+        assert err.value.code == "token_expired"
+
+
 def test_a_token_signed_with_another_secret_is_refused() -> None:
     token = issue_token(7, "alice", "another secret entirely, also long", ttl_s=60)
     with pytest.raises(Unauthorized) as err:
