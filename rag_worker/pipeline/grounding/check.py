@@ -50,18 +50,28 @@ class Thresholds:
     sim_weight: float = SIM_WEIGHT
 
 
-def lexical(claim: set[str], passage: list[PassageSentence]) -> np.ndarray:
-    """(len(passage),) share of `claim`'s words found in each passage sentence or its neighbours (same ref)."""
-    out = np.zeros(len(passage), dtype=np.float32)
-    if not claim:
-        return out
+def windows(passage: list[PassageSentence]) -> list[set[str]]:
+    """Each passage sentence's words with its neighbours' (same ref): what `lexical` counts a claim against."""
+    out = []
     for j, p in enumerate(passage):
         words = set(p.words)
         for k in (j - 1, j + 1):
             if 0 <= k < len(passage) and passage[k].ref == p.ref:
                 words |= passage[k].words
-        out[j] = len(claim & words) / len(claim)
+        out.append(words)
     return out
+
+
+def lexical(
+    claim: set[str], passage: list[PassageSentence], around: list[set[str]] | None = None
+) -> np.ndarray:
+    """(len(passage),) share of `claim`'s words found in each passage sentence or its neighbours (same ref);
+    `around`: `windows(passage)`, made once for several claims."""
+    if not claim:
+        return np.zeros(len(passage), dtype=np.float32)
+    around = windows(passage) if around is None else around
+    counts = np.array([len(claim & words) for words in around], dtype=np.float64)
+    return (counts / len(claim)).astype(np.float32)
 
 
 def _own_overlap(claim: set[str], passage: list[PassageSentence]) -> np.ndarray:
@@ -155,7 +165,8 @@ def _scores(
     weight, floor = t.sim_weight, t.ungrounded_below
     n, m = len(sentences), len(plist)
     claims = [content_words(s.plain) for s in sentences]
-    lex = np.stack([lexical(c, plist) for c in claims])
+    around = windows(plist)
+    lex = np.stack([lexical(c, plist, around) for c in claims])
     cites = np.zeros((n, m), dtype=bool)
     for i, s in enumerate(sentences):
         cites[i] = np.isin(refs_of, [r for r in s.refs if r in passages])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..citations import GROUP_RE, REF_RE
 
@@ -58,7 +59,7 @@ class PassageSentence:
     text: str
     start: int  # offsets inside the passage text
     end: int
-    words: set[str] = field(default_factory=set)
+    words: frozenset[str] | set[str] = field(default_factory=frozenset)
 
 
 def _masked(text: str) -> str:
@@ -150,15 +151,25 @@ def prose(passage: str) -> str:
 
 def passage_sentences(ref: str, passage: str, *, prose_only: bool = False) -> list[PassageSentence]:
     """The passage's sentences with offsets; `prose_only` leaves out code blocks, table rows and sentences with
-    a question in them (what an extractive answer may quote)."""
+    a question in them (what an extractive answer may quote). Their `words` are shared between calls: read
+    them, never change them."""
+    return [PassageSentence(ref, *cut) for cut in _cut(passage, prose_only)]
+
+
+@lru_cache(maxsize=1024)  # a passage is a chunk with its neighbours: some 20 MB at most
+def _cut(passage: str, prose_only: bool) -> tuple[tuple[str, int, int, frozenset[str]], ...]:
+    """(text, start, end, content words) of each sentence: the same passages come back turn after turn (the
+    hits of popular questions, their neighbours, the passages a follow-up carries), and splitting them again was
+    a few milliseconds of a turn's CPU."""
     out = []
     for s in split_sentences(prose(passage) if prose_only else passage):
         text = s.plain
-        if not text or len(content_words(text)) < MIN_CONTENT_WORDS:
+        if not text:
+            continue
+        words = frozenset(content_words(text))
+        if len(words) < MIN_CONTENT_WORDS:
             continue
         if prose_only and "?" in text:
             continue
-        out.append(
-            PassageSentence(ref, text[:MAX_PASSAGE_SENTENCE_CHARS], s.start, s.end, content_words(text))
-        )
-    return out
+        out.append((text[:MAX_PASSAGE_SENTENCE_CHARS], s.start, s.end, words))
+    return tuple(out)
