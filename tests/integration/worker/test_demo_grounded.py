@@ -13,7 +13,7 @@ import pytest
 from launcher.demo import build_demo_index
 from rag_worker.llm.embedded import QWEN
 from tests.embedded_models import requires_qwen
-from tests.servers import ROOT, free_port, worker_process
+from tests.servers import ROOT, free_port, processes, worker_process
 from tests.sse import post_events
 
 # Building the demo index and the first model load take minutes on a loaded 2-core machine.
@@ -38,8 +38,13 @@ def demo_worker(tmp_path_factory):
         "MODEL_CACHE_DIR": cache,
         "EMBEDDED_MODEL": QWEN,  # the default; the suite's other tests run SmolLM2 (tests/conftest.py)
     }
-    with worker_process(tmp, env=worker_env) as proc:
+    # Each worker process loads and warms the 1.5B model before /health answers: with TEST_WORKER_WORKERS=2 on a
+    # loaded 2-core machine, two of them took longer than one's 120 s.
+    proc = worker_process(tmp, env=worker_env).start(timeout=120.0 * int(processes("WORKER")))
+    try:
         yield proc
+    finally:
+        proc.stop()
 
 
 def test_the_readme_demo_question_gets_a_grounded_answer(demo_worker):
