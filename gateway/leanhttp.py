@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 
@@ -146,7 +147,9 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         setattr(self, slot, future)
-        timer = loop.call_later(timeout, future.set_result, "timeout") if timeout is not None else None
+        timer = None
+        if timeout is not None:
+            timer = loop.call_later(timeout, lambda: future.done() or future.set_result("timeout"))
         try:
             if await future == "timeout":
                 raise timed_out(message)
@@ -246,7 +249,7 @@ class LeanPool:
         self.write_timeout, self.pool_timeout = timeout.write, timeout.pool
         self.keepalive_expiry = keepalive_expiry
         self.max_connections = max_connections
-        self.idle: list[_Connection] = []
+        self.idle: deque[_Connection] = deque()  # oldest first
         self.busy = 0
         self.waiting: list[asyncio.Future] = []
         host_header = host if port == 80 else f"{host}:{port}"
@@ -286,10 +289,14 @@ class LeanPool:
         self.busy -= 1
 
     def _idle_connection(self) -> _Connection | None:
+        """The connection given back last, if one is usable. Those idle past keepalive_expiry (the oldest, at
+        the front) are closed first, as httpcore's pool does at every request, so none lingers open."""
         now = time.monotonic()
+        while self.idle and now - self.idle[0].idle_since >= self.keepalive_expiry:
+            self.idle.popleft()._close()
         while self.idle:
             conn = self.idle.pop()
-            if conn.reusable and now - conn.idle_since < self.keepalive_expiry:
+            if conn.reusable:
                 return conn
             conn._close()
         return None
@@ -341,7 +348,7 @@ class LeanPool:
                 )
             resp = LeanResponse(self, conn, method, path)
             if resp.headers.get("content-encoding", "identity").lower() != "identity":
-                await resp.aclose()
+                # closed below, with its slot given back once
                 raise httpx.DecodingError("the worker's answer has a content encoding that was not asked for")
             return resp
         except BaseException:

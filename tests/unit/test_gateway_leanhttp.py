@@ -446,3 +446,61 @@ def test_a_large_answer_read_slowly_arrives_whole(run, tmp_path) -> None:
 
     assert run(go()) == 600
     server.close()
+
+
+def test_an_answer_with_a_content_encoding_not_asked_for_is_a_502_and_frees_its_connection(
+    run, tmp_path
+) -> None:
+    def handle(conn: socket.socket) -> None:
+        while (request := read_whole(conn)) is not None:
+            if b"gzip" in request[1]:  # what a misconfigured proxy in front of the worker may do
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\nabcd")
+            else:
+                chunked(conn, [DONE])
+
+    server = RawServer(handle)
+
+    async def go():
+        worker = worker_for(server.port, tmp_path, WORKER_MAX_CONNECTIONS=1)
+        try:
+            try:
+                await worker.chat_stream({**PAYLOAD, "prompt": "gzip"})
+            except WorkerFailed as exc:
+                refused = exc
+            assert worker.lean is not None and worker.lean.busy == 0  # its one slot given back, once
+            return refused, await turn(worker), worker.lean.busy
+        finally:
+            await worker.aclose()
+
+    refused, after, busy = run(go())
+    server.close()
+    assert refused.status == 502 and "could not be read" in refused.message
+    assert [e for e, _ in after] == ["done"] and busy == 0
+
+
+def test_idle_connections_past_their_expiry_are_closed_not_left_open(run, tmp_path) -> None:
+    closes: list[int] = []
+
+    def handle(conn: socket.socket) -> None:
+        while read_whole(conn) is not None:
+            chunked(conn, [DONE], pause_s=0.05)
+        closes.append(1)  # the gateway closed it
+
+    server = RawServer(handle)
+
+    async def go():
+        worker = worker_for(server.port, tmp_path)
+        assert worker.lean is not None
+        worker.lean.keepalive_expiry = 0.2
+        try:
+            await asyncio.gather(turn(worker), turn(worker), turn(worker))  # three connections, then idle
+            await asyncio.sleep(0.4)
+            await turn(worker)  # all three expired: closed, and this one on a new connection
+            await asyncio.sleep(0.1)
+            return len(closes), server.connections
+        finally:
+            await worker.aclose()
+
+    closed, connections = run(go())
+    server.close()
+    assert closed == 3 and connections == 4
