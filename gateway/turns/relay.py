@@ -80,8 +80,9 @@ async def read_worker(c: Context, handle: TurnHandle) -> str | None:
                 if f.event == "token" and handle.first_token_at is None:
                     handle.first_token_at = time.monotonic()
                 handle.emit(f.raw)
-                unsaved = len(rec.tokens) - handle.saved_tokens
-                if f.event == "documents" or unsaved >= c.settings.turn_save_tokens:
+                # The documents go with the next heartbeat's save (at most TURN_HEARTBEAT_S later, with the first
+                # tokens), not in a write of their own; many tokens unsaved are saved at once.
+                if len(rec.tokens) - handle.saved_tokens >= c.settings.turn_save_tokens:
                     handle.wake.set()
                 if f.event == "done":
                     return None
