@@ -219,10 +219,6 @@ class LeanResponse:
     async def aread(self) -> bytes:
         return b"".join([chunk async for chunk in self.aiter_raw()])
 
-    @property
-    def content(self) -> bytes:  # pragma: no cover - the gateway reads streamed answers through aread
-        raise httpx.ResponseNotRead()
-
     async def aclose(self) -> None:
         if self._closed:
             return
