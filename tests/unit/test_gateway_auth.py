@@ -38,8 +38,10 @@ def test_an_expired_token_is_refused_as_expired() -> None:
 
 
 def test_a_token_read_once_still_expires_on_time_and_only_its_exact_bytes_are_taken_for_it() -> None:
-    # Valid for another 0.4 s: read (and remembered) now, refused as expired once its exp has passed.
-    token = jwt.encode({"sub": "7", "exp": time.time() + 0.4, "ver": 0}, SECRET, algorithm="HS256")
+    # Valid for another 3 s (room for a loaded CI box before the first read): read (and remembered) now,
+    # refused as expired once its exp has passed.
+    exp = time.time() + 3.0
+    token = jwt.encode({"sub": "7", "exp": exp, "ver": 0}, SECRET, algorithm="HS256")
     assert read_token(token, SECRET) == 7 and read_token(token, SECRET) == 7
     head, body, signature = token.split(".")
     forged_body = _b64({**json.loads(base64.urlsafe_b64decode(body + "==")), "sub": "8"})
@@ -49,7 +51,7 @@ def test_a_token_read_once_still_expires_on_time_and_only_its_exact_bytes_are_ta
     with pytest.raises(Unauthorized) as other_secret:
         read_token(token, "another secret entirely, also long")
     assert other_secret.value.code == "token_invalid"
-    time.sleep(0.5)
+    time.sleep(max(0.0, exp - time.time()) + 0.1)
     for _ in range(2):
         with pytest.raises(Unauthorized) as err:
             read_token(token, SECRET)
