@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
@@ -90,6 +91,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
             registrations=registrations,
             upload_slots=upload_slots(settings.max_uploads_per_user),
             key_limits=RateLimit(limit=settings.api_key_rate_limit, window_s=settings.api_key_rate_window_s),
+            turn_lane=anyio.CapacityLimiter(settings.resolved_turn_db_threads()),
         )
         # Turns left `running` by a gateway that died are marked interrupted now and whenever found later.
         sweeper = asyncio.create_task(

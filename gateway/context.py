@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import anyio
 from pydantic import BaseModel
 from sqlalchemy import bindparam
 from sqlmodel import col, select
@@ -60,6 +62,8 @@ class Context:
     job_runner: Any = None
     # The running turns' beats with nothing to save, read together (gateway/turns/checks.py), made on first use.
     turn_checker: Any = None
+    # The turn lane (in_lane): at most TURN_DB_THREADS threads run the turns' database work at once.
+    turn_lane: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
 
     @property
     def jobs(self):
@@ -75,7 +79,7 @@ class Context:
         if self.turn_checker is None:
             from .turns.checks import TurnChecks
 
-            self.turn_checker = TurnChecks(self.db, self.settings.turn_heartbeat_s)
+            self.turn_checker = TurnChecks(self.db, self.settings.turn_heartbeat_s, self.turn_lane)
         return self.turn_checker
 
 
@@ -88,6 +92,16 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await run_in_threadpool(fn, *args, **kwargs)
 
 
+async def in_lane(lane: anyio.CapacityLimiter, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A turn's database work off the event loop, as `in_thread`, on at most `lane`'s threads at once (the turn
+    lane, Context.turn_lane, TURN_DB_THREADS). Every turn of a burst reads its user, starts, saves its progress
+    and ends in a few short statements: run on the thread pool's forty threads at once, they spent twice the CPU
+    on the GIL and SQLite's lock as on their statements (docs/benchmarks.md, the thirteenth round); queued here,
+    they run one after another. Cancelled while queued, the work never starts; once running, it runs to its end
+    (as in_thread's: the cancelled caller does not wait for it)."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=lane)
+
+
 async def current_user(request: Request) -> User:
     """The signed-in user: a valid, unrevoked token of an enabled account (cookie or Bearer) or a valid API key
     of one (Bearer, gateway/keys.py), else a 401; a state-changing request signed in by the cookie from another
@@ -95,12 +109,12 @@ async def current_user(request: Request) -> User:
     c = ctx(request)
     token, from_cookie = request_token(request)
     if not from_cookie and keys.is_api_key(token):
-        return await in_thread(keys.authenticate, c.db, c.key_limits, token, request)
+        return await in_lane(c.turn_lane, keys.authenticate, c.db, c.key_limits, token, request)
     claims = read_claims(token, c.jwt_secret)
     if from_cookie:
         check_cookie_request(request, c.settings)
 
-    user = await in_thread(load_user, c.db, claims.user_id)
+    user = await in_lane(c.turn_lane, load_user, c.db, claims.user_id)
     if user is None:
         raise Unauthorized("the account in this token no longer exists: log in again", code="token_invalid")
     if user.disabled:

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     # Indexing an upload runs the embedder; on a small CPU that takes minutes.
     worker_upload_timeout_s: float = Field(default=900.0, alias="WORKER_UPLOAD_TIMEOUT_S")
     worker_max_connections: int = Field(default=500, alias="WORKER_MAX_CONNECTIONS")
+    # Threads that run the turns' database work at once, per process (the turn lane, gateway/context.py;
+    # 0: 1 on SQLite, which takes one writer at a time anyway, 4 on Postgres).
+    turn_db_threads: int = Field(default=0, alias="TURN_DB_THREADS", ge=0, le=64)
     # When set, /health asks Ollama directly (a fresh answer); unset, it reports the worker's view of its LLM.
     ollama_host: str | None = Field(default=None, alias="OLLAMA_HOST")
     title_timeout_s: float = Field(default=30.0, alias="TITLE_TIMEOUT_S")
@@ -128,6 +131,12 @@ class Settings(BaseSettings):
     gateway_workers: int = Field(
         default_factory=default_workers, alias="GATEWAY_WORKERS", ge=1, le=MAX_GATEWAY_WORKERS
     )
+
+    def resolved_turn_db_threads(self) -> int:
+        """TURN_DB_THREADS, or its default for the database in use."""
+        if self.turn_db_threads:
+            return self.turn_db_threads
+        return 1 if self.resolved_database_url().startswith("sqlite") else 4
 
     @field_validator("worker_api_key", mode="before")
     @classmethod

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 
+import anyio
+
 from .. import lifecycle
-from ..context import in_thread
+from ..context import in_lane
 from ..db import Database
 
 WINDOW_S = 0.05  # at most this much later than the turn's own beat (a tenth of the beat, when shorter)
@@ -22,8 +24,8 @@ WINDOW_S = 0.05  # at most this much later than the turn's own beat (a tenth of 
 class TurnChecks:
     """One per process (Context.turn_checks)."""
 
-    def __init__(self, db: Database, heartbeat_s: float):
-        self.db = db
+    def __init__(self, db: Database, heartbeat_s: float, lane: anyio.CapacityLimiter):
+        self.db, self.lane = db, lane
         self.window_s = min(WINDOW_S, heartbeat_s / 10)
         self.waiting: list[tuple[int, int, bool, asyncio.Future]] = []
         self.gathering: asyncio.Task | None = None
@@ -58,7 +60,7 @@ class TurnChecks:
             asked = take()
             turns = [(chat, message) for chat, message, _b, _a in asked]
             beat = [chat for chat, _m, beats, _a in asked if beats]
-            found = await in_thread(lifecycle.check_turns, self.db, turns, beat)
+            found = await in_lane(self.lane, lifecycle.check_turns, self.db, turns, beat)
         except BaseException as exc:
             # A failed read: every turn asking reports it and tries again at its next beat. This gathering
             # cancelled (the process stopping), in its window or in its read: so is each turn's wait, which never

@@ -11,7 +11,7 @@ import time
 from contract import observe
 
 from .. import lifecycle, metrics, telemetry
-from ..context import Context, in_thread
+from ..context import Context, in_lane
 from ..errors import ApiError
 from ..sse import frame
 from ..streams import WorkerStreamBroken
@@ -49,7 +49,8 @@ async def keep_turn(c: Context, handle: TurnHandle) -> None:
                 owned, stop = await c.turn_checks.check(plan.chat_id, plan.message_id, beat)
                 beaten = time.monotonic() if beat else beaten
             else:
-                owned, stop = await in_thread(
+                owned, stop = await in_lane(
+                    c.turn_lane,
                     lifecycle.save_progress,
                     c.db,
                     plan.chat_id,
@@ -186,7 +187,7 @@ async def finish(c: Context, handle: TurnHandle, held: str | None) -> None:
     plan, rec = handle.plan, handle.rec
     if rec.done is not None:
         try:
-            await in_thread(save_complete, c, plan, rec)
+            await in_lane(c.turn_lane, save_complete, c, plan, rec)
             rec.status = "complete"
             handle.emit(
                 frame("saved", {"message_id": rec.message_id, "user_message_id": rec.user_message_id})
@@ -195,11 +196,11 @@ async def finish(c: Context, handle: TurnHandle, held: str | None) -> None:
                 try:
                     handle.emit(frame("title", {"title": await name_chat(c, plan)}))
                 except BaseException:
-                    await asyncio.shield(in_thread(release_lock, c, plan))
+                    await asyncio.shield(in_lane(c.turn_lane, release_lock, c, plan))
                     raise
         except Exception:
             log.exception("storing the turn in chat %s failed", plan.chat_id)
-            await in_thread(release_lock, c, plan)
+            await in_lane(c.turn_lane, release_lock, c, plan)
             # The JSON route's 502 says so too (it carried the turn with no error before).
             rec.error = {"error": "the answer could not be saved", "code": "save_failed"}
             handle.emit(frame("error", rec.error))
@@ -230,7 +231,7 @@ async def finish(c: Context, handle: TurnHandle, held: str | None) -> None:
 
 async def store_failure(c: Context, plan: TurnPlan, rec: TurnRecord) -> None:
     try:
-        await in_thread(save_failed, c, plan, rec)
+        await in_lane(c.turn_lane, save_failed, c, plan, rec)
     except Exception:
         log.exception("storing the failed turn in chat %s failed", plan.chat_id)
-        await in_thread(release_lock, c, plan)
+        await in_lane(c.turn_lane, release_lock, c, plan)

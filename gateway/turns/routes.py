@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 
 from .. import lifecycle
 from ..chats import message_json
-from ..context import Context, ctx, current_user, in_thread, path_id, read_json
+from ..context import Context, ctx, current_user, in_lane, in_thread, path_id, read_json
 from ..db import Chat, Message
 from ..errors import Conflict
 from ..policy import allowed_turn
@@ -33,7 +33,7 @@ async def start_turn(request: Request) -> tuple[Context, TurnHandle, asyncio.Que
     # Within this server's limits and what an administrator allows (the model, prompt overrides, presets).
     body = await allowed_turn(c, user, await read_json(request, TurnRequest))
     # MAX_TURNS_PER_USER: a 429 when the account has that many running, on any process (plan.check_running_turns).
-    plan = await in_thread(plan_turn, c, user, chat_id, body)
+    plan = await in_lane(c.turn_lane, plan_turn, c, user, chat_id, body)
     handle = TurnHandle(plan)
     out = handle.listen()
     c.turns[plan.chat_id] = handle

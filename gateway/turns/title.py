@@ -6,7 +6,7 @@ import logging
 
 from sqlmodel import col, update
 
-from ..context import Context, in_thread
+from ..context import Context, in_lane
 from ..db import Chat
 from ..errors import ApiError
 from .state import TurnPlan
@@ -40,5 +40,5 @@ async def name_chat(c: Context, plan: TurnPlan) -> str:
         log.info("create_title failed (%s); using the first words", exc.message)
         title = ""
     title = " ".join(title.split())[:200] or fallback_title(plan.message)
-    await in_thread(store_title, c, plan, title)
+    await in_lane(c.turn_lane, store_title, c, plan, title)
     return title

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import anyio
 import pytest
 from sqlmodel import select
 
@@ -40,7 +41,7 @@ def test_turns_checked_together_each_get_their_own_answer_and_their_heartbeat(db
     gone = (plain[0], plain[1] + 1000)  # a message that no longer holds its chat (taken over, or ended)
 
     async def main():
-        checks = TurnChecks(db, heartbeat_s=5.0)
+        checks = TurnChecks(db, heartbeat_s=5.0, lane=anyio.CapacityLimiter(1))
         return await asyncio.gather(
             checks.check(*plain),
             checks.check(*stopped),
@@ -63,13 +64,13 @@ def test_a_failed_read_reaches_every_turn_asking_and_a_cancelled_gathering_leave
     monkeypatch.setattr(lifecycle, "check_turns", broken)
 
     async def failing():
-        checks = TurnChecks(db, heartbeat_s=5.0)
+        checks = TurnChecks(db, heartbeat_s=5.0, lane=anyio.CapacityLimiter(1))
         return await asyncio.gather(checks.check(1, 2), checks.check(3, 4), return_exceptions=True)
 
     assert [str(e) for e in asyncio.run(failing())] == ["database is locked"] * 2
 
     async def cancelled(pause: float):
-        checks = TurnChecks(db, heartbeat_s=5.0)
+        checks = TurnChecks(db, heartbeat_s=5.0, lane=anyio.CapacityLimiter(1))
         waits = [asyncio.ensure_future(checks.check(1, 2)), asyncio.ensure_future(checks.check(3, 4))]
         await asyncio.sleep(pause)  # 0: the gathering made, not started; 0.01: inside its 50 ms window
         checks.gathering.cancel()
