@@ -162,8 +162,7 @@ def _gather(turn: Turn):
     if src.route == "rag":
         if opts.mode != "fts":  # embedded now, batched with concurrent turns' queries; search reuses it
             turn.embed_query(src.query)
-        with (yield from queued(turn)):
-            yield from _retrieve(turn, src)
+        yield from _retrieve(turn, src)
         src.fetched_new = True
     return src
 
@@ -240,34 +239,44 @@ def _verify(turn: Turn, src: Sources, grounder: Grounder | None, reply: str):
 
 def _retrieve(turn: Turn, src: Sources):
     """Search for `src.query` (with one improved retry) and decide on abstention: fills in the documents, whether
-    the turn abstains, and the retry's query when the documents came from it."""
+    the turn abstains, and the retry's query when the documents came from it.
+
+    The CPU-bound parts (search, rerank, the evidence score, the expansion) hold one of the worker's slots
+    (admission.queued); the model's calls on the default path (the relevance check's YES/NO in the unsure band,
+    the retry's query) do not: a slot held while the model answers kept every turn behind it waiting on the
+    model, where the queue exists to share the CPU (docs/benchmarks.md, the thirteenth round). A turn that needs
+    a slot again keeps its place in line (its ticket is its arrival). HyDE (opt-in) still asks the model inside
+    its slot."""
     req, opts, query = turn.request, turn.options, src.query
     vector = None
     if opts.hyde:
-        yield turn.step("hyde", "Imagining an answer to search with")
-        with turn.timed("hyde_ms"):
-            vector = retrieve.hyde_vector(turn, query)
+        with (yield from queued(turn)):
+            yield turn.step("hyde", "Imagining an answer to search with")
+            with turn.timed("hyde_ms"):
+                vector = retrieve.hyde_vector(turn, query)
         turn.flags["hyde"] = vector is not None
     scope = (
         f"{len(req.datasets)} dataset{'s' if len(req.datasets) != 1 else ''}"
         if req.datasets
         else "all datasets"
     )
-    yield turn.step("retrieving", f"Searching {scope} ({opts.mode})", opts.mode)
-    with turn.timed("retrieve_ms"):
-        hits = retrieve.search(turn, query, vector)
-    if opts.rerank and turn.services.reranker is None:  # configured but broken: skipped, and said so
-        reason = turn.services.reranking.error
-        yield turn.step(
-            "reranking", "Reranking skipped: the reranker could not be loaded", "skipped", reason=reason
-        )
-    elif opts.rerank:
-        yield turn.step("reranking", f"Reranking {len(hits)} passages")
-        with turn.timed("rerank_ms"):
-            hits = retrieve.rerank(turn, query, hits)
+    with (yield from queued(turn)):
+        yield turn.step("retrieving", f"Searching {scope} ({opts.mode})", opts.mode)
+        with turn.timed("retrieve_ms"):
+            hits = retrieve.search(turn, query, vector)
+        if opts.rerank and turn.services.reranker is None:  # configured but broken: skipped, and said so
+            reason = turn.services.reranking.error
+            yield turn.step(
+                "reranking", "Reranking skipped: the reranker could not be loaded", "skipped", reason=reason
+            )
+        elif opts.rerank:
+            yield turn.step("reranking", f"Reranking {len(hits)} passages")
+            with turn.timed("rerank_ms"):
+                hits = retrieve.rerank(turn, query, hits)
+        score = relevance.evidence(turn, query, hits)
     yield turn.step("evaluating", "Checking the passages answer the question")
     with turn.timed("evaluate_ms"):
-        verdict = relevance.judge(turn, query, hits)
+        verdict = relevance.judge(turn, query, hits, score=score)
     yield turn.step(
         "evaluating",
         verdict.reason,
@@ -283,32 +292,36 @@ def _retrieve(turn: Turn, src: Sources):
         src.documents, src.abstained = [], True
         return
     src.retried_query = retried
-    # Passages far below the evidence floor would only be noise on the cards and in the prompt.
-    floor = turn.evidence_thresholds()[0]
-    top = relevance.above_floor(turn, query, hits[: opts.top_k], floor)
-    documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
-    turn.chunk_vectors.update({(h.index, h.id): h.vector for h in top if h.vector is not None})
-    yield turn.step("expanding", "Adding neighbouring passages")
-    with turn.timed("expand_ms"):
-        added = expand.expand(turn, documents, {(h.index, h.id): h.row_id for h in top})
+    with (yield from queued(turn)):
+        # Passages far below the evidence floor would only be noise on the cards and in the prompt.
+        floor = turn.evidence_thresholds()[0]
+        top = relevance.above_floor(turn, query, hits[: opts.top_k], floor)
+        documents = [expand.to_document(h, rank=i + 1, ref=f"S{i + 1}") for i, h in enumerate(top)]
+        turn.chunk_vectors.update({(h.index, h.id): h.vector for h in top if h.vector is not None})
+        yield turn.step("expanding", "Adding neighbouring passages")
+        with turn.timed("expand_ms"):
+            added = expand.expand(turn, documents, {(h.index, h.id): h.row_id for h in top})
     turn.flags["expanded_chunks"] = added
     src.documents = documents
 
 
 def _retry(turn: Turn, query: str, hits: list):
     """The relevance check's second search, with the query it says it searches for; returns (the better of the
-    two attempts' hits, its verdict, the retry's query when its hits were kept, else None)."""
+    two attempts' hits, its verdict, the retry's query when its hits were kept, else None). The model writes the
+    query and judges outside the worker's slots; the search and its scoring hold one."""
     yield turn.step("retrying", "Searching again with a better query")
     with turn.timed("retry_ms"):
         better, how = relevance.improved_query(turn, query)
     turn.flags["retried"] = {"query": better, "method": how}
     yield turn.step("retrying", f"Searching again for: {better}", how, query=better)
-    with turn.timed("retry_ms"):
+    with (yield from queued(turn)), turn.timed("retry_ms"):
         retry_hits = retrieve.search(turn, better)
         if turn.options.rerank:
             retry_hits = retrieve.rerank(turn, query, retry_hits)
         best = relevance.best_of(turn, query, hits, retry_hits)
-        verdict = relevance.judge(turn, query, best)
+        score = relevance.evidence(turn, query, best)
+    with turn.timed("retry_ms"):
+        verdict = relevance.judge(turn, query, best, score=score)
     used = best is retry_hits
     # A client keeps the stage's last label (the web shows it under "Searching again"): it names the query.
     kept = "" if used else "; the first search's passages stay"

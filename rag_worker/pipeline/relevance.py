@@ -74,10 +74,13 @@ def evidence(turn: Turn, query: str, hits: list) -> float:
     return float(max(known)) if known else 0.0
 
 
-def judge(turn: Turn, query: str, hits: list) -> Verdict:
+def judge(turn: Turn, query: str, hits: list, score: float | None = None) -> Verdict:
+    """Whether `hits` answer `query`: by their evidence score (`evidence`, measured here unless given), and in
+    the unsure band by the model's YES/NO where it is asked."""
     if not hits:
         return Verdict(False, "retrieval_score", 0.0, "nothing was found")
-    score = evidence(turn, query, hits)
+    if score is None:
+        score = evidence(turn, query, hits)
     abstain_below, relevant_above = turn.evidence_thresholds()
     if score >= relevant_above:
         return Verdict(True, "retrieval_score", score, f"best passage similarity {score:.2f}")

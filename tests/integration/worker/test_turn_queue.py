@@ -3,7 +3,11 @@ beyond MAX_QUEUED_TURNS a new turn gets 503 with Retry-After, never a stall.
 
 One slot, one queue place. Turn A asks for HyDE, whose utility-model call happens inside the retrieval stage, and
 the fake Ollama holds that call open: A holds the only slot for as long as the test wants, so B waits in line and C
-finds the line full, with no timing involved."""
+finds the line full, with no timing involved.
+
+Every turn's passages fall in the relevance check's unsure band here (RELEVANT_ABOVE 0.999), so each asks the model
+its YES/NO: that call runs outside the slots, and a turn whose judge the fake Ollama holds keeps no other turn
+waiting."""
 
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ def one_slot_worker(corpus_root, fake_ollama_server):
         "RAG_CONCURRENCY": "1",
         "MAX_QUEUED_TURNS": "1",
         "SSE_KEEPALIVE_S": "1",
+        # Every turn asks the model whether its passages answer it (the unsure band covers every score).
+        "ABSTAIN_BELOW": "0.0",
+        "RELEVANT_ABOVE": "0.999",
         # The line is per process (docs/design/ARCHITECTURE.md, "Several processes per service"): this file
         # fills one process's, so it runs one whatever TEST_WORKER_WORKERS says.
         "WORKER_WORKERS": "1",
@@ -74,6 +81,21 @@ def hold_hyde(fake):
             entered.set()
             release.wait(60)
             return "Ducks eat plants, seeds and small insects."
+        return default_responder(model, messages, request)
+
+    fake.responder = responder
+    return entered, release
+
+
+def hold_relevance(fake, question: str):
+    """Make the fake Ollama hold the relevance check's YES/NO for `question` until the returned event is set."""
+    entered, release = threading.Event(), threading.Event()
+
+    def responder(model, messages, request):
+        last = str(messages[-1].get("content") or "") if messages else ""
+        if f"Question: {question}\n" in last and "Answer YES or NO" in last:
+            entered.set()
+            release.wait(60)
         return default_responder(model, messages, request)
 
     fake.responder = responder
@@ -166,6 +188,28 @@ def test_queued_step_then_503_with_retry_after_when_the_line_is_full(
     # The slot is free again: a new turn goes straight through.
     again = httpx.post(url + "/chat", json=QUESTION, timeout=60)
     assert again.status_code == 200 and again.json()["documents"]
+
+
+def test_a_turn_waiting_for_the_models_relevance_check_holds_no_slot(one_slot_worker, fake_ollama):
+    # While the model takes its time judging A's passages, B is searched, judged and answered on the one slot.
+    url = one_slot_worker.url
+    entered, release = hold_relevance(fake_ollama, QUESTION["prompt"])
+    a_events: list = []
+    a = threading.Thread(target=stream_all, args=(url + "/chat_stream", QUESTION, a_events))
+    try:
+        a.start()
+        assert entered.wait(60), "turn A never asked the model about its passages"
+        b = httpx.post(url + "/chat", json={**QUESTION, "prompt": "What do ducklings eat?"}, timeout=30)
+        assert b.status_code == 200, b.text
+        answer = b.json()
+        assert answer["documents"] and answer["reply"] and not answer["abstained"]
+        assert not a_events or a_events[-1][0] != "done"  # A is still waiting for its verdict
+    finally:
+        release.set()
+        a.join(120)
+    assert a_events[-1][0] == "done" and a_events[-1][1]["documents"]
+    evaluating = [d for e, d in a_events if e == "step" and d["step"] == "evaluating"]
+    assert evaluating[-1]["method"] == "llm"  # A's verdict was the model's
 
 
 @pytest.mark.parametrize("value", ["-1", "lots"])
