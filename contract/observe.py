@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 
 REQUEST_ID_HEADER = "X-Request-ID"
-REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")  # whole: fullmatch (a `$` matches before a final \n)
 
 # The request a line belongs to; set by each service's request hook (and restored where work moves to another
 # thread or greenlet, e.g. the worker's pipeline).
@@ -34,7 +34,7 @@ FIELDS = (request_id, user_id, index_name, route)
 
 def new_request_id(sent: str | None) -> str:
     """The caller's X-Request-ID when it is a plain token (a proxy's or the gateway's), else a fresh one."""
-    if sent and REQUEST_ID_RE.match(sent):
+    if sent and REQUEST_ID_RE.fullmatch(sent):
         return sent
     return uuid.uuid4().hex
 

@@ -26,7 +26,8 @@ def test_only_an_unproxied_local_client_is_loopback() -> None:
 
 def test_a_callers_request_id_is_kept_only_when_it_is_a_plain_token() -> None:
     assert observe.new_request_id("abc-123_X.y:z") == "abc-123_X.y:z"
-    for hostile in ("a" * 65, "has space", "new\nline", "<script>", ""):
+    # A trailing line feed too: `$` alone would match before it, and the id would break the log line it is on.
+    for hostile in ("a" * 65, "has space", "new\nline", "<script>", "", "abc\n", "abc\r\n"):
         fresh = observe.new_request_id(hostile)
         assert fresh != hostile and len(fresh) == 32 and int(fresh, 16) >= 0
 
