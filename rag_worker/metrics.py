@@ -68,7 +68,8 @@ STAGE_DURATION = metric(
 QUEUE_WAIT = metric(
     Histogram,
     "rag_worker_queue_wait_seconds",
-    "Time a turn waited for a slot of the CPU queue (each pass: retrieval, grounding, provenance)",
+    "Time a turn waited for a slot of the CPU queue (each pass: search, expansion, a retry's search, HyDE, "
+    "grounding, provenance)",
     buckets=STAGE_BUCKETS,
 )
 QUEUE_WAITING = metric(
