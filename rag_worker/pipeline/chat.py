@@ -3,6 +3,7 @@ expand → generate with citations → verify → provenance → done. One gener
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -244,9 +245,10 @@ def _retrieve(turn: Turn, src: Sources):
     The CPU-bound parts (search, rerank, the evidence score, the expansion) hold one of the worker's slots
     (admission.queued); the model's calls on the default path (the relevance check's YES/NO in the unsure band,
     the retry's query) do not: a slot held while the model answers kept every turn behind it waiting on the
-    model, where the queue exists to share the CPU (docs/benchmarks.md, the thirteenth round). A turn that needs
-    a slot again keeps its place in line (its ticket is its arrival). HyDE (opt-in) still asks the model inside
-    its slot."""
+    model, where the queue exists to share the CPU (docs/benchmarks.md, the thirteenth round). Passages relevant
+    by their score alone keep the slot through the expansion; a turn that freed it for the model waits for one
+    again, keeping its place in line (its ticket is its arrival). HyDE (opt-in) still asks the model inside its
+    slot."""
     req, opts, query = turn.request, turn.options, src.query
     vector = None
     if opts.hyde:
@@ -260,7 +262,9 @@ def _retrieve(turn: Turn, src: Sources):
         if req.datasets
         else "all datasets"
     )
-    with (yield from queued(turn)):
+    with contextlib.ExitStack() as slot:
+        slot.enter_context((yield from queued(turn)))
+        held = True
         yield turn.step("retrieving", f"Searching {scope} ({opts.mode})", opts.mode)
         with turn.timed("retrieve_ms"):
             hits = retrieve.search(turn, query, vector)
@@ -274,25 +278,40 @@ def _retrieve(turn: Turn, src: Sources):
             with turn.timed("rerank_ms"):
                 hits = retrieve.rerank(turn, query, hits)
         score = relevance.evidence(turn, query, hits)
-    yield turn.step("evaluating", "Checking the passages answer the question")
-    with turn.timed("evaluate_ms"):
-        verdict = relevance.judge(turn, query, hits, score=score)
-    yield turn.step(
-        "evaluating",
-        verdict.reason,
-        verdict.method,
-        relevant=verdict.relevant,
-        evidence=round(verdict.evidence, 4),
-    )
-    retried = None
-    if not verdict.relevant:
-        hits, verdict, retried = yield from _retry(turn, query, hits)
-    turn.flags["evidence"] = round(verdict.evidence, 4)
-    if not verdict.relevant:
-        src.documents, src.abstained = [], True
-        return
-    src.retried_query = retried
-    with (yield from queued(turn)):
+        # Passages relevant by their score alone go on to the expansion in this same slot; otherwise the model
+        # is asked next (its YES/NO, or the retry's query): the slot is freed first.
+        decided = relevance.by_score(turn, hits, score)
+        if decided is None or not decided.relevant:
+            slot.close()
+            held = False
+        yield turn.step("evaluating", "Checking the passages answer the question")
+        with turn.timed("evaluate_ms"):
+            verdict = decided or relevance.judge(turn, query, hits, score=score)
+        yield turn.step(
+            "evaluating",
+            verdict.reason,
+            verdict.method,
+            relevant=verdict.relevant,
+            evidence=round(verdict.evidence, 4),
+        )
+        retried = None
+        if not verdict.relevant:
+            hits, verdict, retried = yield from _retry(turn, query, hits)
+        turn.flags["evidence"] = round(verdict.evidence, 4)
+        if not verdict.relevant:
+            src.documents, src.abstained = [], True
+            return
+        src.retried_query = retried
+        yield from _expand(turn, src, query, hits, held)
+
+
+def _expand(turn: Turn, src: Sources, query: str, hits: list, held: bool):
+    """The passages worth showing, each with its neighbours, into `src.documents`: in the slot the turn still
+    holds (`held`), or in a new one when it freed its slot for the model (keeping its place in line)."""
+    opts = turn.options
+    with contextlib.ExitStack() as slot:
+        if not held:
+            slot.enter_context((yield from queued(turn)))
         # Passages far below the evidence floor would only be noise on the cards and in the prompt.
         floor = turn.evidence_thresholds()[0]
         top = relevance.above_floor(turn, query, hits[: opts.top_k], floor)

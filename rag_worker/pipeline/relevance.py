@@ -77,10 +77,27 @@ def evidence(turn: Turn, query: str, hits: list) -> float:
 def judge(turn: Turn, query: str, hits: list, score: float | None = None) -> Verdict:
     """Whether `hits` answer `query`: by their evidence score (`evidence`, measured here unless given), and in
     the unsure band by the model's YES/NO where it is asked."""
+    if score is None and hits:
+        score = evidence(turn, query, hits)
+    decided = by_score(turn, hits, score or 0.0)
+    if decided is not None:
+        return decided
+    assert score is not None
+    abstain_below, relevant_above = turn.evidence_thresholds()
+    mid = (relevant_above + abstain_below) / 2
+    verdict = ask_model(turn, query, hits)
+    if verdict is None:
+        return Verdict(score >= mid, "fallback", score, f"unsure ({score:.2f}) and no model answer")
+    return Verdict(
+        verdict, "llm", score, "the model judged the passages " + ("relevant" if verdict else "off topic")
+    )
+
+
+def by_score(turn: Turn, hits: list, score: float) -> Verdict | None:
+    """`judge`'s verdict when the evidence score decides it alone; None when the model is to be asked (its
+    unsure band, on a backend whose model judges relevance)."""
     if not hits:
         return Verdict(False, "retrieval_score", 0.0, "nothing was found")
-    if score is None:
-        score = evidence(turn, query, hits)
     abstain_below, relevant_above = turn.evidence_thresholds()
     if score >= relevant_above:
         return Verdict(True, "retrieval_score", score, f"best passage similarity {score:.2f}")
@@ -88,29 +105,24 @@ def judge(turn: Turn, query: str, hits: list, score: float | None = None) -> Ver
         return Verdict(False, "retrieval_score", score, f"best passage similarity only {score:.2f}")
     # The unsure band: the model judges, or (not asked, or no answer) the score against the band's middle.
     mid = (relevant_above + abstain_below) / 2
-    if not turn.model_judges("relevance"):
-        fixed = getattr(turn.llm.backend, "unsure_relevant", None)
-        if isinstance(fixed, bool):  # the embedded model's measured rule for the whole band
-            return Verdict(
-                fixed,
-                "retrieval_score",
-                score,
-                f"best passage similarity {score:.2f}, in the unsure band ({abstain_below:.2f}-{relevant_above:.2f}): "
-                f"{'relevant' if fixed else 'off topic'} by the embedded model's rule (the model is not asked)",
-            )
-        side = "above" if score >= mid else "below"
+    if turn.model_judges("relevance"):
+        return None
+    fixed = getattr(turn.llm.backend, "unsure_relevant", None)
+    if isinstance(fixed, bool):  # the embedded model's measured rule for the whole band
         return Verdict(
-            score >= mid,
+            fixed,
             "retrieval_score",
             score,
-            f"best passage similarity {score:.2f}, {side} the unsure band's middle ({mid:.2f}); the embedded "
-            "model is not asked",
+            f"best passage similarity {score:.2f}, in the unsure band ({abstain_below:.2f}-{relevant_above:.2f}): "
+            f"{'relevant' if fixed else 'off topic'} by the embedded model's rule (the model is not asked)",
         )
-    verdict = ask_model(turn, query, hits)
-    if verdict is None:
-        return Verdict(score >= mid, "fallback", score, f"unsure ({score:.2f}) and no model answer")
+    side = "above" if score >= mid else "below"
     return Verdict(
-        verdict, "llm", score, "the model judged the passages " + ("relevant" if verdict else "off topic")
+        score >= mid,
+        "retrieval_score",
+        score,
+        f"best passage similarity {score:.2f}, {side} the unsure band's middle ({mid:.2f}); the embedded "
+        "model is not asked",
     )
 
 

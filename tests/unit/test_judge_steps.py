@@ -141,6 +141,33 @@ def test_outside_the_unsure_band_no_step_asks_any_model(tmp_path):
     assert model.calls == 0
 
 
+@pytest.mark.parametrize(
+    ("model", "score", "asked"),
+    [
+        (Backend("ollama"), 0.8, False),
+        (Backend("ollama"), 0.2, False),
+        (Backend("ollama"), 0.42, True),
+        (Backend("local", NOT_JUDGING, reply="YES"), 0.42, False),
+        (Backend("local", NOT_JUDGING, reply="YES", **PACKAGED_RULES), 0.42, False),
+    ],
+)
+def test_the_verdict_by_score_alone_is_the_relevance_checks_own_and_none_only_when_the_model_is_asked(
+    tmp_path, model, score, asked
+):
+    # The worker frees its CPU slot before the model's YES/NO (rag_worker/pipeline/chat.py) on this answer.
+    turn = make_turn(model, tmp_path, prompt="Which port?")
+    decided = relevance.by_score(turn, hits(score), score)
+    assert model.calls == 0
+    if asked:
+        assert decided is None
+        assert relevance.judge(turn, "Which port?", hits(score), score=score).method == "llm"
+        assert model.calls == 1
+    else:
+        assert decided == relevance.judge(turn, "Which port?", hits(score), score=score)
+        assert model.calls == 0
+    assert relevance.by_score(turn, [], 0.0).relevant is False  # nothing found: no model either
+
+
 # -- a model that judges: Ollama (or OpenAI), or the embedded model for the steps it was chosen for ---------------
 
 
